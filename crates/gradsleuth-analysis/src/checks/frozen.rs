@@ -1,0 +1,124 @@
+//! GS101 `frozen`: parameters with `requires_grad=False`, deliberate or not.
+
+use gradsleuth_model::{Category, Finding, Severity};
+
+use super::{group_by_module, module_assignment, module_name, name_list, plural, trainable_params, Check};
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS101",
+    name: "frozen",
+    category: Category::Frozen,
+    doc: "Parameters with `requires_grad=False` never receive a gradient. Freezing a \
+          pretrained backbone and building the optimizer from the trainable parameters only is \
+          deliberate and reported as info. A frozen parameter that an optimizer still holds \
+          is a warning: either it was meant to train (someone froze it by mistake, or forgot \
+          to unfreeze it) or the optimizer was built from all parameters while freezing was \
+          intended, which wastes optimizer state and hides the intent. Fix: unfreeze with \
+          `p.requires_grad_(True)`, or build the optimizer from \
+          `[p for p in model.parameters() if p.requires_grad]`.",
+    run,
+};
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let frozen: Vec<u64> = ctx
+        .facts
+        .iter()
+        .filter(|(t, f)| f.visible && !t.requires_grad && t.kind == gradsleuth_model::capture::TensorKind::Param)
+        .map(|(t, _)| t.key)
+        .collect();
+    if frozen.is_empty() {
+        return Vec::new();
+    }
+    let trainable = trainable_params(ctx).count();
+    let any_optimizer = !ctx.capture.optimizers.is_empty();
+    let mut out = Vec::new();
+    for g in group_by_module(ctx, &frozen) {
+        let names = super::names(ctx, &g.keys);
+        let held: Vec<u64> = g
+            .keys
+            .iter()
+            .copied()
+            .filter(|k| ctx.facts.get(*k).is_some_and(|f| !f.optimizers.is_empty()))
+            .collect();
+        let m = g.module.and_then(|k| ctx.capture.module(k));
+        let what = match m {
+            Some(m) => format!("`{}` ({})", module_name(m), plural(names.len(), "parameter")),
+            None => name_list(&names),
+        };
+        ctx.claim(g.keys.iter().copied());
+        let loc = m.and_then(|m| module_assignment(ctx, m));
+        let finding = if !held.is_empty() {
+            let opt = ctx.facts.get(held[0]).and_then(|f| f.optimizers.first().copied()).and_then(|o| ctx.capture.optimizer(o));
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Warning,
+                format!(
+                    "{what} {} frozen (requires_grad=False) but the optimizer still holds {}: it will never update them.",
+                    if names.len() == 1 { "is" } else { "are" },
+                    if held.len() == names.len() { "them".to_string() } else { plural(held.len(), "of them") }
+                ),
+            )
+            .at(opt.and_then(|o| ctx.locate(o.created_at.as_ref())).or(loc.clone()))
+            .related(loc, "the frozen module")
+            .fix("If they should train, unfreeze them (`p.requires_grad_(True)`) before building the optimizer; if the freeze is intended, build the optimizer from `[p for p in model.parameters() if p.requires_grad]`.")
+        } else if trainable == 0 {
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                if any_optimizer || !ctx.capture.backwards.is_empty() { Severity::Error } else { Severity::Warning },
+                format!("Every parameter is frozen ({what}): nothing in the model can learn."),
+            )
+            .at(loc)
+            .fix("Unfreeze the parameters that should train: `for p in model.head.parameters(): p.requires_grad_(True)`.")
+        } else {
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Info,
+                format!("{what} {} frozen and left out of the optimizer (deliberate freezing).", if names.len() == 1 { "is" } else { "are" }),
+            )
+            .at(loc)
+        };
+        out.push(finding.params(names));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use gradsleuth_model::capture::ModuleKind;
+
+    fn with_backbone(in_optimizer: bool) -> Scenario {
+        let mut s = healthy(2);
+        s.module(3, "Conv2d", "backbone", Some(1), ModuleKind::Registered, 2);
+        s.param(20, "backbone.weight", 3).requires_grad = false;
+        s.param(21, "backbone.bias", 3).requires_grad = false;
+        if in_optimizer {
+            s.capture.optimizers[0].params.extend([20, 21]);
+        }
+        s
+    }
+
+    #[test]
+    fn deliberate_freezing_is_info_grouped_by_module() {
+        let f = with_backbone(false).run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(f[0].message.contains("`backbone` (2 parameters)"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn frozen_but_optimized_is_a_warning() {
+        let f = with_backbone(true).run(&CHECK);
+        assert_eq!(f[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn nothing_frozen_nothing_said() {
+        assert!(healthy(2).run(&CHECK).is_empty());
+    }
+}

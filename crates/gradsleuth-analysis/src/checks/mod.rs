@@ -1,0 +1,206 @@
+//! The runtime checks, one file each (ruff's one-rule-one-file layout).
+//!
+//! Every check has a stable code, the schema category it reports, a doc text (what it finds,
+//! why training breaks, the fix) and its own tests. [`ALL`] runs them from the most specific
+//! to the catch-all [`unexplained`], which reports any parameter that still does not learn.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use gradsleuth_model::capture::{ModuleRec, TensorKind, TensorRec};
+use gradsleuth_model::{Category, Finding, Location};
+
+use crate::Context;
+
+pub mod buffer_not_param;
+pub mod frozen;
+pub mod no_backward;
+pub mod non_leaf_param;
+pub mod optimizer_missing;
+pub mod optimizer_stale;
+pub mod recreated_weights;
+pub mod scaler_skipped;
+pub mod unexplained;
+pub mod unregistered;
+pub mod unused;
+pub mod zero_grad_order;
+
+/// A runtime check.
+pub struct Check {
+    pub code: &'static str,
+    pub name: &'static str,
+    pub category: Category,
+    /// What it finds, why it breaks training, how to fix it.
+    pub doc: &'static str,
+    pub run: fn(&Context) -> Vec<Finding>,
+}
+
+/// Every check, in the order they run (specific first, catch-all last).
+pub const ALL: &[Check] = &[
+    no_backward::CHECK,
+    non_leaf_param::CHECK,
+    buffer_not_param::CHECK,
+    unregistered::CHECK,
+    recreated_weights::CHECK,
+    frozen::CHECK,
+    scaler_skipped::CHECK,
+    zero_grad_order::CHECK,
+    optimizer_stale::CHECK,
+    optimizer_missing::CHECK,
+    unused::CHECK,
+    unexplained::CHECK,
+];
+
+/// The check with this code.
+pub fn by_code(code: &str) -> Option<&'static Check> {
+    ALL.iter().find(|c| c.code == code)
+}
+
+/// Parameters (by key) grouped under the largest modules all of whose parameters are in the
+/// set: "`backbone` (12 parameters)" rather than twelve lines.
+pub struct Group {
+    pub module: Option<u64>,
+    pub keys: Vec<u64>,
+}
+
+pub fn group_by_module(ctx: &Context, keys: &[u64]) -> Vec<Group> {
+    let cap = ctx.capture;
+    let wanted: HashSet<u64> = keys.iter().copied().collect();
+    let parent: HashMap<u64, Option<u64>> = cap.modules.iter().map(|m| (m.key, m.parent)).collect();
+    // Count, per module, the visible tensors under it and those in the set.
+    let mut total: HashMap<u64, usize> = HashMap::new();
+    let mut hit: HashMap<u64, usize> = HashMap::new();
+    for (t, f) in ctx.facts.iter() {
+        if !f.visible {
+            continue;
+        }
+        let mut m = t.module;
+        let mut guard = 0;
+        while let Some(k) = m {
+            *total.entry(k).or_default() += 1;
+            if wanted.contains(&t.key) {
+                *hit.entry(k).or_default() += 1;
+            }
+            m = parent.get(&k).copied().flatten();
+            guard += 1;
+            if guard > 10_000 {
+                break;
+            }
+        }
+    }
+    let full = |k: u64| total.get(&k).is_some_and(|t| hit.get(&k) == Some(t));
+    let mut groups: BTreeMap<Option<u64>, Vec<u64>> = BTreeMap::new();
+    for &key in keys {
+        let Some(t) = ctx.facts.rec(key) else { continue };
+        // Climb while the parent is entirely in the set.
+        let mut best = t.module.filter(|&m| full(m));
+        let mut guard = 0;
+        while let Some(m) = best {
+            match parent.get(&m).copied().flatten() {
+                Some(p) if full(p) && guard < 10_000 => best = Some(p),
+                _ => break,
+            }
+            guard += 1;
+        }
+        groups.entry(best.or(t.module)).or_default().push(key);
+    }
+    groups.into_iter().map(|(module, keys)| Group { module, keys }).collect()
+}
+
+/// Names of tensors, in capture order.
+pub fn names(ctx: &Context, keys: &[u64]) -> Vec<String> {
+    keys.iter().filter_map(|k| ctx.facts.rec(*k)).map(|t| t.name.clone()).collect()
+}
+
+/// "`fc.weight`, `fc.bias`" (at most 4 named, then "and N more").
+pub fn name_list(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(4).map(|n| format!("`{n}`")).collect();
+    let mut s = shown.join(", ");
+    if names.len() > 4 {
+        s.push_str(&format!(" and {} more", names.len() - 4));
+    }
+    s
+}
+
+pub fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// The module's display name: its qualified name, or its class for a root.
+pub fn module_name(m: &ModuleRec) -> String {
+    if m.name.is_empty() {
+        m.class.clone()
+    } else {
+        m.name.clone()
+    }
+}
+
+/// The attribute's top-level name: `heads` for `heads[1]`, `layers` for `layers.0`.
+pub fn top_attr(attr: &str) -> &str {
+    attr.split(['[', '.']).next().unwrap_or(attr)
+}
+
+/// Where a module was assigned in its parent's class (`self.fc = nn.Linear(...)`).
+pub fn module_assignment(ctx: &Context, m: &ModuleRec) -> Option<Location> {
+    if let Some(l) = &m.assigned_at {
+        return ctx.locate(Some(l));
+    }
+    let parent = ctx.capture.module(m.parent?)?;
+    attr_assignment(ctx, parent, top_attr(&m.attr))
+}
+
+/// Where a tensor was assigned in its owner's class.
+pub fn tensor_assignment(ctx: &Context, t: &TensorRec) -> Option<Location> {
+    if let Some(l) = &t.assigned_at {
+        return ctx.locate(Some(l));
+    }
+    let owner = ctx.capture.module(t.module?)?;
+    attr_assignment(ctx, owner, top_attr(&t.attr))
+}
+
+/// `self.<attr> = ...` inside the class of `owner`.
+pub fn attr_assignment(ctx: &Context, owner: &ModuleRec, attr: &str) -> Option<Location> {
+    let def = owner.class_def.as_ref()?;
+    let mut src = ctx.source.borrow_mut();
+    let mut loc = src.attribute_assignment(&def.file, def.line, attr)?;
+    loc.function = Some(format!("{}.__init__", owner.class));
+    Some(loc)
+}
+
+/// The visible, trainable parameters of the capture that a check may talk about.
+pub fn trainable_params<'a>(ctx: &'a Context<'_>) -> impl Iterator<Item = (&'a TensorRec, &'a crate::facts::TensorFacts)> {
+    ctx.facts
+        .iter()
+        .filter(|(t, f)| f.visible && t.kind == TensorKind::Param && t.requires_grad && t.is_leaf)
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_documented() {
+        let mut seen = HashSet::new();
+        for c in ALL {
+            assert!(seen.insert(c.code), "duplicate code {}", c.code);
+            assert!(c.code.starts_with("GS1") && c.code.len() == 5, "{}", c.code);
+            assert!(c.doc.len() > 80, "{} needs a real doc text", c.code);
+        }
+        assert!(by_code("GS103").is_some());
+    }
+
+    #[test]
+    fn attribute_roots() {
+        assert_eq!(top_attr("heads[1]"), "heads");
+        assert_eq!(top_attr("layers.0"), "layers");
+        assert_eq!(top_attr("fc"), "fc");
+        assert_eq!(name_list(&["a".into(), "b".into()]), "`a`, `b`");
+        assert!(name_list(&(0..6).map(|i| i.to_string()).collect::<Vec<_>>()).ends_with("and 2 more"));
+    }
+}

@@ -1,0 +1,61 @@
+//! GS100 `no_backward`: the run never called `backward()` or `torch.autograd.grad`.
+
+use gradsleuth_model::{Category, Finding, Severity};
+
+use super::Check;
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS100",
+    name: "no-backward",
+    category: Category::Other,
+    doc: "The script ran to its end (or failed) without a single call of `loss.backward()`, \
+          `torch.autograd.backward` or `torch.autograd.grad`, so no gradient was ever computed \
+          and nothing could be diagnosed. Usual causes: the training loop is behind an \
+          argument or `if __name__ == \"__main__\"` branch that did not run, the data loader \
+          was empty, or the script only evaluates.",
+    run,
+};
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let cap = ctx.capture;
+    if !cap.backwards.is_empty() {
+        return Vec::new();
+    }
+    let what = if cap.root_calls == 0 {
+        "no model forward and no backward() call were observed"
+    } else {
+        "models ran forward, but backward() was never called"
+    };
+    let mut f = Finding::new(
+        CHECK.code,
+        CHECK.category,
+        Severity::Warning,
+        format!("Nothing to diagnose: {what}, so no gradient was computed."),
+    )
+    .fix("Run the script so that it reaches the training loop (check its arguments, and that the data loader yields batches), or use `gradsleuth.diagnose(model, batch, loss_fn)` on one batch.");
+    if cap.error.is_some() {
+        f.message = format!("The script failed before any backward() call: {what}.");
+    }
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    #[test]
+    fn flags_a_run_without_backward() {
+        let mut s = healthy(0);
+        s.capture.root_calls = 2;
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].message.contains("never called"));
+    }
+
+    #[test]
+    fn silent_when_backward_ran() {
+        assert!(healthy(2).run(&CHECK).is_empty());
+    }
+}

@@ -1,0 +1,108 @@
+//! GS107 `optimizer_stale`: the optimizer holds tensors the model no longer uses.
+
+use gradsleuth_model::capture::TensorKind;
+use gradsleuth_model::{Category, Finding, Severity};
+
+use super::{plural, trainable_params, Check};
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS107",
+    name: "optimizer-stale",
+    category: Category::OptimizerStale,
+    doc: "An optimizer keeps references to the exact tensor objects it was given. Replacing a \
+          layer afterwards (`model.fc = nn.Linear(...)` to change the number of classes, \
+          loading a checkpoint by assigning new parameters, re-creating the model) leaves the \
+          optimizer stepping the old tensors, which no longer take part in the forward, while \
+          the new layer is never updated. Fix: build the optimizer after the model is final, or \
+          add the new parameters with `optimizer.add_param_group`.",
+    run,
+};
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for o in &ctx.capture.optimizers {
+        let stale: Vec<u64> = o
+            .params
+            .iter()
+            .copied()
+            .filter(|k| ctx.facts.rec(*k).is_some_and(|t| t.kind == TensorKind::Foreign))
+            .filter(|k| ctx.facts.get(*k).is_some_and(|f| !f.reached()))
+            .collect();
+        if stale.is_empty() {
+            continue;
+        }
+        let stale_shapes: Vec<&Vec<i64>> = stale.iter().filter_map(|k| ctx.facts.rec(*k)).map(|t| &t.shape).collect();
+        // Parameters of the model no optimizer holds, shaped like the stale ones: the replacements.
+        let missing: Vec<u64> = trainable_params(ctx)
+            .filter(|(t, f)| f.optimizers.is_empty() && !ctx.is_claimed(t.key))
+            .filter(|(t, _)| stale_shapes.iter().any(|s| **s == t.shape) || ctx.capture.optimizers.len() == 1)
+            .map(|(t, _)| t.key)
+            .collect();
+        let loc = ctx.locate(o.created_at.as_ref());
+        if missing.is_empty() {
+            out.push(
+                Finding::new(
+                    CHECK.code,
+                    CHECK.category,
+                    Severity::Warning,
+                    format!("`{}` holds {} that no model uses any more: stale references that only cost memory.", o.class, plural(stale.len(), "tensor")),
+                )
+                .at(loc)
+                .fix("Build the optimizer after the model is final."),
+            );
+            continue;
+        }
+        ctx.claim(missing.iter().copied());
+        let names = super::names(ctx, &missing);
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Error,
+                format!(
+                    "`{}` was built before part of the model was replaced: it still steps {} the model no longer uses, while the new {} are never updated.",
+                    o.class,
+                    plural(stale.len(), "old tensor"),
+                    super::name_list(&names)
+                ),
+            )
+            .params(names)
+            .at(loc)
+            .chain([
+                "optimizer created with the old parameters".into(),
+                "a layer replaced afterwards: new parameter objects".into(),
+                "optimizer.step() updates the old ones ✗".into(),
+            ])
+            .fix("Create the optimizer after replacing layers (or call `optimizer.add_param_group({\"params\": new_layer.parameters()})`)."),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    #[test]
+    fn replaced_layer_is_named() {
+        let mut s = healthy(2);
+        // The optimizer holds 30/31 (old fc), the model's fc.* (10/11) are not held.
+        s.capture.optimizers[0].params = vec![30, 31];
+        s.tensor(30, "<optimizer>", 1, TensorKind::Foreign);
+        s.tensor(31, "<optimizer>", 1, TensorKind::Foreign);
+        for st in &mut s.capture.steps {
+            st.grad_norms.clear();
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
+        assert_eq!(f[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn optimizer_of_the_current_model_is_fine() {
+        assert!(healthy(2).run(&CHECK).is_empty());
+    }
+}

@@ -1,0 +1,123 @@
+//! GS110 `recreated_weights`: a module built inside `forward`, so its weights are new every call.
+
+use gradsleuth_model::capture::{ModuleKind, TensorKind};
+use gradsleuth_model::{Category, Finding, Location, Severity};
+use gradsleuth_source::constructs;
+
+use super::{module_name, plural, Check};
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS110",
+    name: "recreated-weights",
+    category: Category::RecreatedWeights,
+    doc: "A layer constructed inside `forward` (`nn.Linear(d, d)(x)`, or `self.proj = \
+          nn.Linear(...)` executed in forward) gets freshly initialised weights on every call. \
+          They receive a gradient once and are then thrown away; the optimizer, built before, \
+          never holds them, so that part of the model is random noise forever. Fix: build the \
+          layer once in `__init__` and only call it in `forward`.",
+    run,
+};
+
+/// The line constructing `class`, searching up from the call line to the enclosing `def`.
+fn construction_line(ctx: &Context, call: &Location, class: &str) -> Option<Location> {
+    let mut src = ctx.source.borrow_mut();
+    let lines = src.lines(&call.file)?.to_vec();
+    let call_idx = (call.line as usize).checked_sub(1)?;
+    let mut i = call_idx.min(lines.len().checked_sub(1)?);
+    loop {
+        let l = gradsleuth_source::strip_comment(&lines[i]);
+        if constructs(l, class) {
+            let mut loc = src.location(&call.file, i as u32 + 1);
+            loc.function = call.function.clone();
+            return Some(loc);
+        }
+        let t = l.trim_start();
+        if t.starts_with("def ") || t.starts_with("async def ") || i == 0 || call_idx - i > 200 {
+            return None;
+        }
+        i -= 1;
+    }
+}
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for m in ctx.capture.modules.iter().filter(|m| m.kind == ModuleKind::Orphan) {
+        let keys: Vec<u64> = ctx
+            .facts
+            .iter()
+            .filter(|(t, _)| t.kind == TensorKind::Orphan && t.module == Some(m.key))
+            .map(|(t, _)| t.key)
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let names = super::names(ctx, &keys);
+        let loc = m
+            .first_call
+            .as_ref()
+            .and_then(|c| construction_line(ctx, c, &m.class))
+            .or_else(|| ctx.locate(m.first_call.as_ref()));
+        let inside = m
+            .parent
+            .and_then(|p| ctx.capture.module(p))
+            .map(|p| format!("`{}.forward`", p.class))
+            .unwrap_or_else(|| "forward".into());
+        let times = if m.instances > 1 {
+            format!(" ({} fresh copies in the observed calls)", m.instances)
+        } else {
+            String::new()
+        };
+        ctx.claim(keys.iter().copied());
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Error,
+                format!(
+                    "A `{}` is constructed inside {inside}: its {} are re-initialised on every call{times} and no optimizer ever holds them.",
+                    m.class,
+                    plural(keys.len(), "parameter")
+                ),
+            )
+            .params(names)
+            .at(loc)
+            .chain([
+                format!("{inside} builds `{}` ({})", m.class, module_name(m)),
+                "new random weights each call".into(),
+                "optimizer was built before: never sees them ✗".into(),
+            ])
+            .fix(format!(
+                "Create it once in `__init__` (`self.{} = nn.{}(...)`) and only call it in forward.",
+                m.class.to_lowercase(),
+                m.class
+            )),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    #[test]
+    fn points_at_the_construction_line() {
+        let mut s = healthy(2);
+        let file = s.source("class Net(nn.Module):\n    def forward(self, x):\n        h = self.fc(x)\n        proj = nn.Linear(4, 4)\n        return proj(h)\n");
+        let m = s.module(5, "Linear", "Linear", Some(1), ModuleKind::Orphan, 2);
+        m.first_call = Some(Location { function: Some("forward".into()), ..Location::new(file, 5) });
+        m.instances = 2;
+        s.tensor(30, "<forward>.Linear.weight", 5, TensorKind::Orphan);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].location.as_ref().unwrap().line, 4);
+        assert!(f[0].message.contains("2 fresh copies"));
+    }
+
+    #[test]
+    fn registered_modules_are_fine() {
+        assert!(healthy(2).run(&CHECK).is_empty());
+    }
+}

@@ -1,0 +1,132 @@
+//! GS199 `unexplained`: the catch-all. Any parameter that does not learn and that no other
+//! check explained is reported here, with what was observed, never silently dropped.
+
+use gradsleuth_model::{Category, Finding, ParamStatus, Severity};
+
+use super::{group_by_module, module_name, plural, Check};
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS199",
+    name: "not-learning",
+    category: Category::Other,
+    doc: "A parameter that is not learning (no gradient, an all-zero gradient, a gradient \
+          that no step applied, or a non-finite gradient) for a reason the run-level checks \
+          cannot name. Op-level causes (`.detach()`, `.data`, a `no_grad` block, \
+          `torch.tensor(t)`, an `.item()` round trip, a non-differentiable op) cut the graph \
+          between the parameter and the loss; the finding says what was observed (did the \
+          module run? with gradient recording on?) so the cut can be found in that module's \
+          forward or after it.",
+    run,
+};
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let mut by_status: std::collections::BTreeMap<ParamStatus, Vec<u64>> = Default::default();
+    for (t, f) in ctx.facts.iter() {
+        if !f.visible || ctx.is_claimed(t.key) {
+            continue;
+        }
+        if matches!(f.status, ParamStatus::GradNone | ParamStatus::GradZero | ParamStatus::NotUpdated | ParamStatus::Nan) {
+            by_status.entry(f.status).or_default().push(t.key);
+        }
+    }
+    let mut out = Vec::new();
+    for (status, keys) in by_status {
+        for g in group_by_module(ctx, &keys) {
+            let names = super::names(ctx, &g.keys);
+            let m = g.module.and_then(|k| ctx.capture.module(k));
+            let what = match m {
+                Some(m) => format!("`{}` ({})", module_name(m), plural(names.len(), "parameter")),
+                None => super::name_list(&names),
+            };
+            let (message, fix) = describe(ctx, status, &what, m, &g.keys);
+            ctx.claim(g.keys.iter().copied());
+            out.push(
+                Finding::new(CHECK.code, CHECK.category, Severity::Error, message)
+                    .params(names)
+                    .at(m.and_then(|m| ctx.locate(m.forward_def.as_ref())))
+                    .fix(fix),
+            );
+        }
+    }
+    out
+}
+
+fn describe(
+    ctx: &Context,
+    status: ParamStatus,
+    what: &str,
+    m: Option<&gradsleuth_model::capture::ModuleRec>,
+    keys: &[u64],
+) -> (String, String) {
+    match status {
+        ParamStatus::GradNone => {
+            let ran = m.map_or(0, |m| m.runs);
+            let no_grad = m.is_some_and(|m| m.runs > 0 && m.runs_no_grad == m.runs);
+            let msg = if no_grad {
+                format!("{what} ran only with gradient recording disabled (inside `torch.no_grad()` / `inference_mode`), so no gradient reaches it.")
+            } else if ran > 0 {
+                format!("{what} ran in forward, but no gradient ever reached it: the path from it to the loss is cut after it runs.")
+            } else {
+                format!("{what} never received a gradient.")
+            };
+            (msg, "Look for `.detach()`, `.data`, `torch.no_grad()`, `torch.tensor(t)`/`.item()` round trips or non-differentiable ops between this module's output and the loss (`gradsleuth run --deep` traces the exact line).".into())
+        }
+        ParamStatus::GradZero => (
+            format!("{what} receives a gradient, but it is exactly zero in every observed step."),
+            "Look for zero-derivative ops between it and the loss (a saturated clamp, a mask that is all false, a multiplication by zero).".into(),
+        ),
+        ParamStatus::Nan => (
+            format!("{what} has non-finite (inf/NaN) gradients."),
+            "Find the first non-finite value in the forward (`gradsleuth run --watch`) and guard it (clamp the input of log/sqrt, add an epsilon to divisions).".into(),
+        ),
+        _ => {
+            let lr_zero = keys
+                .iter()
+                .filter_map(|k| ctx.facts.get(*k))
+                .flat_map(|f| f.optimizers.iter())
+                .filter_map(|o| ctx.capture.optimizer(*o))
+                .any(|o| !o.lrs.is_empty() && o.lrs.iter().all(|lr| *lr == 0.0));
+            if lr_zero {
+                (format!("{what} gets non-zero gradients but its optimizer's learning rate is 0, so no step changes it."), "Set a non-zero learning rate (check schedulers that start at 0 and warm up).".into())
+            } else {
+                (
+                    format!("{what} gets non-zero gradients, but no optimizer step changed it."),
+                    "Check that `optimizer.step()` runs after `backward()` and that the optimizer holds these exact tensors.".into(),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    #[test]
+    fn unexplained_grad_none_is_reported_not_dropped() {
+        let mut s = healthy(2);
+        for b in &mut s.capture.backwards {
+            b.reached.retain(|k| *k != 11);
+        }
+        for st in &mut s.capture.steps {
+            st.grad_norms.retain(|(k, _)| *k != 11);
+            for w in &mut st.weight_after {
+                if w.0 == 11 {
+                    w.1 = st.weight_before.iter().find(|b| b.0 == 11).unwrap().1;
+                }
+            }
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].params, vec!["fc.bias"]);
+        assert!(f[0].message.contains("ran in forward"));
+    }
+
+    #[test]
+    fn learning_parameters_are_not_reported() {
+        assert!(healthy(2).run(&CHECK).is_empty());
+        assert!(healthy(2).report().findings.is_empty());
+    }
+}

@@ -1,0 +1,196 @@
+//! GS102 `unused`: registered parameters the loss never reaches because their module did not
+//! run (always, or in some steps), or because `forward` never reads them.
+
+use gradsleuth_model::capture::ModuleRec;
+use gradsleuth_model::{Category, Finding, Severity};
+
+use super::{module_assignment, module_name, plural, trainable_params, Check};
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS102",
+    name: "unused",
+    category: Category::Unused,
+    doc: "A registered submodule whose `forward` is never called (a head defined in \
+          `__init__` and forgotten in `forward`, a branch behind a flag), or a parameter the \
+          module's code never reads, gets no gradient: its weights stay at their \
+          initialisation. Under DistributedDataParallel the same thing stops training with \
+          \"Expected to have finished reduction in the prior iteration\". A module used only in \
+          some steps (a conditional branch) learns only in those. Fix: call it in `forward`, or \
+          delete it; for legitimately conditional branches under DDP, \
+          `find_unused_parameters=True`.",
+    run,
+};
+
+fn root_runs(ctx: &Context, m: &ModuleRec) -> u32 {
+    m.root.and_then(|r| ctx.capture.module(r)).map_or(0, |r| r.runs)
+}
+
+/// The highest ancestor of `m` (inside its root) that never ran.
+fn top_not_run<'c>(ctx: &'c Context, m: &'c ModuleRec) -> &'c ModuleRec {
+    let mut top = m;
+    let mut guard = 0;
+    while let Some(p) = top.parent.and_then(|p| ctx.capture.module(p)) {
+        if p.runs > 0 || guard > 1000 {
+            break;
+        }
+        top = p;
+        guard += 1;
+    }
+    top
+}
+
+/// Does the module's class read `self.<attr>` anywhere other than where it assigns it?
+fn class_reads(ctx: &Context, owner: &ModuleRec, attr: &str) -> Option<bool> {
+    let def = owner.class_def.as_ref()?;
+    let mut src = ctx.source.borrow_mut();
+    let (a, b) = src.block_extent(&def.file, def.line)?;
+    let lines = src.lines(&def.file)?;
+    let needle = format!("self.{attr}");
+    let reads = (a..=b).any(|n| {
+        let l = gradsleuth_source::strip_comment(&lines[n as usize - 1]);
+        let mut from = 0;
+        while let Some(p) = l[from..].find(&needle) {
+            let at = from + p + needle.len();
+            let next = l[at..].chars().next();
+            if !next.is_some_and(|c| c.is_alphanumeric() || c == '_') && !gradsleuth_source::assigns_attr(l, attr) {
+                return true;
+            }
+            from = at;
+        }
+        // `getattr(self, "attr")` and `self.parameters()` style access count as reads.
+        l.contains(&format!("\"{attr}\"")) && !l.contains("register_")
+    });
+    Some(reads)
+}
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Module key of the reported group -> params.
+    let mut never: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    let mut sometimes: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    let mut unread: std::collections::BTreeMap<(u64, String), Vec<u64>> = Default::default();
+    for (t, f) in trainable_params(ctx) {
+        if ctx.is_claimed(t.key) {
+            continue;
+        }
+        let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) else { continue };
+        let total = root_runs(ctx, m);
+        if total == 0 {
+            continue;
+        }
+        if m.runs == 0 && !f.reached() {
+            never.entry(top_not_run(ctx, m).key).or_default().push(t.key);
+        } else if m.runs < total && m.runs > 0 && m.key != m.root.unwrap_or(0) {
+            sometimes.entry(m.key).or_default().push(t.key);
+        } else if m.runs > 0 && !f.reached() && !f.grad_nonzero() && class_reads(ctx, m, &t.attr) == Some(false) {
+            unread.entry((m.key, t.attr.clone())).or_default().push(t.key);
+        }
+    }
+    for (mk, keys) in never {
+        let Some(m) = ctx.capture.module(mk) else { continue };
+        let root = m.root.and_then(|r| ctx.capture.module(r));
+        let names = super::names(ctx, &keys);
+        let total = root_runs(ctx, m);
+        ctx.claim(keys.iter().copied());
+        let forward = root.and_then(|r| {
+            let parent = m.parent.and_then(|p| ctx.capture.module(p)).unwrap_or(r);
+            ctx.locate(parent.forward_def.as_ref())
+        });
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Error,
+                format!(
+                    "`{}` ({}) never ran in the {} observed forward passes of `{}`, so its {} never get a gradient.",
+                    module_name(m),
+                    m.class,
+                    total,
+                    root.map_or("the model".into(), |r| r.class.clone()),
+                    plural(names.len(), "parameter")
+                ),
+            )
+            .params(names)
+            .at(module_assignment(ctx, m))
+            .related(forward, "forward never calls it")
+            .chain([format!("`{}` defined in __init__", module_name(m)), "never called in forward ✗".into(), "no path to the loss".into()])
+            .fix(format!(
+                "Call `self.{}` in forward where its output is needed, or delete it (under DDP an unused module stops training unless `find_unused_parameters=True`).",
+                m.attr
+            )),
+        );
+    }
+    for (mk, keys) in sometimes {
+        let Some(m) = ctx.capture.module(mk) else { continue };
+        let names = super::names(ctx, &keys);
+        let total = root_runs(ctx, m);
+        ctx.claim(keys.iter().copied());
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Warning,
+                format!("`{}` ran in only {} of {} forward passes: its {} learn only in those steps (a conditional branch).", module_name(m), m.runs, total, plural(names.len(), "parameter")),
+            )
+            .params(names)
+            .at(module_assignment(ctx, m))
+            .fix("If the branch is meant to be conditional, this is expected (under DDP use `find_unused_parameters=True`); otherwise check the condition that skips it."),
+        );
+    }
+    for ((mk, attr), keys) in unread {
+        let Some(m) = ctx.capture.module(mk) else { continue };
+        let names = super::names(ctx, &keys);
+        ctx.claim(keys.iter().copied());
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Error,
+                format!("`{}` is registered on `{}` but its code never reads `self.{attr}`, so it never gets a gradient.", names.join("`, `"), m.class),
+            )
+            .params(names)
+            .at(super::attr_assignment(ctx, m, &attr))
+            .related(ctx.locate(m.forward_def.as_ref()), "forward does not use it")
+            .fix(format!("Use `self.{attr}` in `{}.forward`, or delete it.", m.class)),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use gradsleuth_model::capture::ModuleKind;
+
+    #[test]
+    fn a_forgotten_head_is_named_with_its_line() {
+        let mut s = healthy(3);
+        let file = s.source("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n        self.aux = nn.Linear(4, 2)\n    def forward(self, x):\n        return self.fc(x)\n");
+        s.capture.modules[0].class_def = Some(gradsleuth_model::Location::new(file, 1));
+        s.module(3, "Linear", "aux", Some(1), ModuleKind::Registered, 0);
+        s.param(20, "aux.weight", 3);
+        s.param(21, "aux.bias", 3);
+        s.capture.optimizers[0].params.extend([20, 21]);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert!(f[0].message.contains("never ran in the 3 observed"), "{}", f[0].message);
+        assert_eq!(f[0].location.as_ref().unwrap().line, 5);
+    }
+
+    #[test]
+    fn a_branch_taken_sometimes_is_a_warning() {
+        let mut s = healthy(4);
+        s.module(3, "Linear", "aux", Some(1), ModuleKind::Registered, 2);
+        s.param(20, "aux.weight", 3);
+        let f = s.run(&CHECK);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(f[0].message.contains("2 of 4"));
+    }
+
+    #[test]
+    fn modules_that_ran_are_fine() {
+        assert!(healthy(3).run(&CHECK).is_empty());
+    }
+}

@@ -1,0 +1,248 @@
+//! Per-tensor facts derived from a capture: the ground the checks stand on.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gradsleuth_model::capture::{Capture, TensorKind, TensorRec};
+use gradsleuth_model::{ParamRow, ParamStatus};
+use gradsleuth_source::SourceCache;
+
+/// The tracer encodes non-finite norms as negative numbers (JSON has no NaN).
+pub const NORM_NAN: f64 = -1.0;
+pub const NORM_INF: f64 = -2.0;
+
+fn decode(n: Option<f64>) -> Option<f64> {
+    match n {
+        Some(x) if x == NORM_NAN => Some(f64::NAN),
+        Some(x) if x == NORM_INF => Some(f64::INFINITY),
+        other => other,
+    }
+}
+
+/// What happened to one tracked tensor.
+#[derive(Debug, Clone)]
+pub struct TensorFacts {
+    pub key: u64,
+    /// Keys of the optimizers holding it.
+    pub optimizers: Vec<u64>,
+    /// Indices (into `capture.backwards`) of the backward calls that reached it.
+    pub reached_in: Vec<usize>,
+    /// Gradient norm per observed step (None: no gradient).
+    pub grad_norms: Vec<Option<f64>>,
+    /// Norm of the weight change per observed step (|‖w′‖ − ‖w‖|; None: no step measured).
+    pub updates: Vec<Option<f64>>,
+    /// Some optimizer step changed it.
+    pub changed: bool,
+    pub status: ParamStatus,
+    /// Shown as a row of the parameter table.
+    pub visible: bool,
+}
+
+impl TensorFacts {
+    pub fn grad_nonzero(&self) -> bool {
+        self.grad_norms.iter().any(|g| matches!(g, Some(n) if *n != 0.0))
+    }
+    pub fn reached(&self) -> bool {
+        !self.reached_in.is_empty()
+    }
+    pub fn learns(&self) -> bool {
+        self.status == ParamStatus::Learning
+    }
+}
+
+/// Facts for a whole capture.
+pub struct Facts {
+    pub steps_observed: u32,
+    /// Some optimizer stepped at least once.
+    pub any_optimizer_step: bool,
+    pub tensors: BTreeMap<u64, TensorFacts>,
+    /// Tensor records by key, in capture order.
+    order: Vec<u64>,
+    recs: HashMap<u64, TensorRec>,
+}
+
+impl Facts {
+    pub fn derive(capture: &Capture, _source: &mut SourceCache) -> Facts {
+        let mut by_opt: HashMap<u64, Vec<u64>> = HashMap::new();
+        for o in &capture.optimizers {
+            for &p in &o.params {
+                by_opt.entry(p).or_default().push(o.key);
+            }
+        }
+        let mut reached: HashMap<u64, Vec<usize>> = HashMap::new();
+        for (i, b) in capture.backwards.iter().enumerate() {
+            for &k in &b.reached {
+                let v = reached.entry(k).or_default();
+                if v.last() != Some(&i) {
+                    v.push(i);
+                }
+            }
+        }
+        // Steps per optimizer, in order.
+        let mut steps_of: BTreeMap<u64, Vec<&gradsleuth_model::capture::StepRec>> = BTreeMap::new();
+        for s in &capture.steps {
+            steps_of.entry(s.optimizer).or_default().push(s);
+        }
+        let any_optimizer_step = !capture.steps.is_empty();
+        // The primary timeline: the optimizer that stepped most (first on ties); without
+        // optimizer steps, one entry per backward.
+        let primary: Vec<u64> = steps_of
+            .values()
+            .max_by_key(|v| (v.len(), std::cmp::Reverse(v.first().map(|s| s.seq))))
+            .map(|v| v.iter().map(|s| s.seq).collect())
+            .unwrap_or_default();
+        let steps_observed = if any_optimizer_step {
+            primary.len() as u32
+        } else {
+            capture.backwards.len() as u32
+        };
+
+        let mut tensors = BTreeMap::new();
+        let mut order = Vec::new();
+        let mut recs = HashMap::new();
+        for t in &capture.tensors {
+            let optimizers = by_opt.get(&t.key).cloned().unwrap_or_default();
+            let reached_in = reached.get(&t.key).cloned().unwrap_or_default();
+            let (grad_norms, updates, changed) = match optimizers.first().and_then(|o| steps_of.get(o)) {
+                Some(steps) => timeline_from_steps(t.key, steps),
+                None => (timeline_from_backwards(t.key, capture, &primary), Vec::new(), false),
+            };
+            let mut f = TensorFacts {
+                key: t.key,
+                optimizers,
+                reached_in,
+                grad_norms,
+                updates,
+                changed,
+                status: ParamStatus::GradNone,
+                visible: visible(t),
+            };
+            f.status = status(t, &f, any_optimizer_step);
+            order.push(t.key);
+            recs.insert(t.key, t.clone());
+            tensors.insert(t.key, f);
+        }
+        Facts {
+            steps_observed,
+            any_optimizer_step,
+            tensors,
+            order,
+            recs,
+        }
+    }
+
+    pub fn get(&self, key: u64) -> Option<&TensorFacts> {
+        self.tensors.get(&key)
+    }
+
+    pub fn rec(&self, key: u64) -> Option<&TensorRec> {
+        self.recs.get(&key)
+    }
+
+    /// Tracked tensors in capture order, with their facts.
+    pub fn iter(&self) -> impl Iterator<Item = (&TensorRec, &TensorFacts)> {
+        self.order.iter().filter_map(|k| Some((self.recs.get(k)?, self.tensors.get(k)?)))
+    }
+
+    /// The report's parameter table.
+    pub fn rows(&self) -> Vec<ParamRow> {
+        self.iter()
+            .filter(|(_, f)| f.visible)
+            .map(|(t, f)| ParamRow {
+                name: t.name.clone(),
+                shape: t.shape.clone(),
+                status: f.status,
+                in_optimizer: Some(!f.optimizers.is_empty()),
+                grad_norm: f.grad_norms.iter().map(|g| g.filter(|x| x.is_finite())).collect(),
+                update_norm: f.updates.clone(),
+                ranks: None,
+            })
+            .collect()
+    }
+}
+
+fn visible(t: &TensorRec) -> bool {
+    match t.kind {
+        TensorKind::Param | TensorKind::Container | TensorKind::Orphan => true,
+        TensorKind::Attribute => t.requires_grad,
+        TensorKind::Buffer => t.requires_grad || t.is_parameter,
+        TensorKind::Foreign | TensorKind::Hidden => false,
+    }
+}
+
+fn timeline_from_steps(
+    key: u64,
+    steps: &[&gradsleuth_model::capture::StepRec],
+) -> (Vec<Option<f64>>, Vec<Option<f64>>, bool) {
+    let mut grads = Vec::new();
+    let mut updates = Vec::new();
+    let mut changed = false;
+    for s in steps {
+        let g = s.grad_norms.iter().find(|(k, _)| *k == key).and_then(|(_, n)| decode(*n));
+        grads.push(g);
+        let before = s.weight_before.iter().find(|(k, _)| *k == key).map(|(_, n)| *n);
+        let after = s.weight_after.iter().find(|(k, _)| *k == key).map(|(_, n)| *n);
+        let u = match (before, after) {
+            (Some(b), Some(a)) => {
+                if a.to_bits() != b.to_bits() {
+                    changed = true;
+                }
+                Some((a - b).abs())
+            }
+            _ => None,
+        };
+        updates.push(u);
+    }
+    (grads, updates, changed)
+}
+
+/// For tensors no optimizer holds: the gradient after the last backward before each primary
+/// step (or after each backward when nothing stepped).
+fn timeline_from_backwards(key: u64, capture: &Capture, primary: &[u64]) -> Vec<Option<f64>> {
+    let norm_in = |b: &gradsleuth_model::capture::BackwardRec| {
+        b.grad_norms.iter().find(|(k, _)| *k == key).and_then(|(_, n)| decode(*n))
+    };
+    if primary.is_empty() {
+        return capture.backwards.iter().map(norm_in).collect();
+    }
+    let mut out = Vec::with_capacity(primary.len());
+    let mut lo = 0u64;
+    for &hi in primary {
+        let last = capture.backwards.iter().filter(|b| b.seq > lo && b.seq < hi).next_back();
+        out.push(last.and_then(norm_in));
+        lo = hi;
+    }
+    out
+}
+
+fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
+    if t.kind == TensorKind::Buffer {
+        return ParamStatus::Unregistered;
+    }
+    if !t.requires_grad {
+        return ParamStatus::Frozen;
+    }
+    if !t.is_leaf {
+        return ParamStatus::NonLeaf;
+    }
+    if matches!(t.kind, TensorKind::Container | TensorKind::Attribute | TensorKind::Orphan) {
+        return ParamStatus::Unregistered;
+    }
+    if f.grad_norms.iter().any(|g| matches!(g, Some(n) if !n.is_finite())) {
+        return ParamStatus::Nan;
+    }
+    let seen = f.grad_norms.iter().any(Option::is_some);
+    if f.grad_nonzero() {
+        if !any_step {
+            return ParamStatus::Learning;
+        }
+        return if f.changed { ParamStatus::Learning } else { ParamStatus::NotUpdated };
+    }
+    if f.reached() && !seen && any_step {
+        // A backward accumulated into it, but no step saw a gradient: cleared or skipped.
+        return ParamStatus::NotUpdated;
+    }
+    if seen || f.reached() {
+        return ParamStatus::GradZero;
+    }
+    ParamStatus::GradNone
+}

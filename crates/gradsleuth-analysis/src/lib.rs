@@ -1,0 +1,77 @@
+//! Analysis: a [`Capture`] in, a [`Report`] out.
+//!
+//! First [`facts`] derives, per tracked tensor, what happened to it over the observed steps
+//! (reached by a backward? gradient norms, changed by a step? held by which optimizer?) and
+//! its [`ParamStatus`]. Then each check in [`checks`] (one file per check, each with its code,
+//! its documentation and its tests) looks at the facts and emits [`Finding`]s, claiming the
+//! parameters it explains. Checks run from the most specific to the catch-all, so that every
+//! parameter that does not learn is explained exactly once and never silently.
+
+pub mod checks;
+pub mod facts;
+
+use gradsleuth_model::report::ReportErrorInfo;
+use gradsleuth_model::{Capture, Finding, Report};
+use gradsleuth_source::SourceCache;
+
+pub use facts::Facts;
+
+/// Shared state of one analysis.
+pub struct Context<'a> {
+    pub capture: &'a Capture,
+    pub facts: Facts,
+    pub source: std::cell::RefCell<SourceCache>,
+    claimed: std::cell::RefCell<std::collections::HashSet<u64>>,
+}
+
+impl<'a> Context<'a> {
+    pub fn new(capture: &'a Capture) -> Self {
+        let mut source = SourceCache::new();
+        let facts = Facts::derive(capture, &mut source);
+        Context {
+            capture,
+            facts,
+            source: std::cell::RefCell::new(source),
+            claimed: Default::default(),
+        }
+    }
+
+    /// Marks tensors as explained by a finding.
+    pub fn claim(&self, keys: impl IntoIterator<Item = u64>) {
+        self.claimed.borrow_mut().extend(keys);
+    }
+
+    pub fn is_claimed(&self, key: u64) -> bool {
+        self.claimed.borrow().contains(&key)
+    }
+
+    /// A location with its snippet filled in.
+    pub fn locate(&self, loc: Option<&gradsleuth_model::Location>) -> Option<gradsleuth_model::Location> {
+        let mut l = loc?.clone();
+        self.source.borrow_mut().fill_snippet(&mut l);
+        Some(l)
+    }
+}
+
+/// Runs every check and assembles the report.
+pub fn analyze(capture: &Capture) -> Report {
+    let ctx = Context::new(capture);
+    let mut findings: Vec<Finding> = Vec::new();
+    for check in checks::ALL {
+        findings.extend((check.run)(&ctx));
+    }
+    let mut report = Report::new(&capture.command);
+    report.target = capture.target.clone();
+    report.environment = capture.environment.clone();
+    report.steps_observed = Some(ctx.facts.steps_observed);
+    report.parameters = ctx.facts.rows();
+    report.push_findings(findings);
+    if let Some(err) = &capture.error {
+        report.error = Some(ReportErrorInfo {
+            kind: err.kind.clone(),
+            message: err.message.clone(),
+            explained_by: Vec::new(),
+        });
+    }
+    report
+}

@@ -1,0 +1,369 @@
+//! The capture: a plain, versioned record of what the tracer observed.
+//!
+//! Identities are small integer keys handed out by the recorder (never `id()` values, which
+//! Python reuses). Sequence numbers (`seq`) order events across kinds, so the analysis can ask
+//! "was `zero_grad` called between this backward and that step?".
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::finding::Location;
+
+/// Identifies the file format; checked on load.
+pub const CAPTURE_FORMAT: &str = "gradsleuth-capture";
+/// Bumped whenever a field changes meaning or disappears.
+pub const CAPTURE_VERSION: u32 = 1;
+
+/// Errors loading a capture.
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    #[error("not a gradsleuth capture: {0}")]
+    Malformed(String),
+    #[error("capture format version {found} is not supported (this gradsleuth reads version {expected})")]
+    Version { found: u64, expected: u32 },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+}
+
+/// A module object seen by the tracer (a model root, a registered submodule, a module kept
+/// in a plain container, or one that only ever ran as an orphan).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModuleRec {
+    pub key: u64,
+    /// Python class name, e.g. `Linear`.
+    pub class: String,
+    /// Key of the model root this module belongs to (itself for a root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<u64>,
+    /// Qualified name inside its root (`encoder.layers.0`); for a root, its display name.
+    pub name: String,
+    /// The owning module and the attribute path under it (`heads[1]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
+    #[serde(default)]
+    pub attr: String,
+    /// `registered` (in `_modules`), `container` (inside a plain list/dict/tuple attribute),
+    /// `root`, or `orphan` (ran inside a model's forward, attached to nothing).
+    pub kind: ModuleKind,
+    /// Where the class is defined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_def: Option<Location>,
+    /// Where `forward` of the class is defined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_def: Option<Location>,
+    /// Where the module was assigned in its parent's source (`self.fc = nn.Linear(...)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_at: Option<Location>,
+    /// Observed forward calls: in how many root calls it ran.
+    #[serde(default)]
+    pub runs: u32,
+    /// Of those, how many ran with gradient recording disabled.
+    #[serde(default)]
+    pub runs_no_grad: u32,
+    /// Where it was first called from (user frame), for orphans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_call: Option<Location>,
+    /// Distinct objects of this kind seen at the same call site (orphans rebuilt per call).
+    #[serde(default)]
+    pub instances: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleKind {
+    Root,
+    #[default]
+    Registered,
+    Container,
+    Orphan,
+}
+
+/// A tensor that is, or looks like, a parameter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TensorRec {
+    pub key: u64,
+    /// Qualified name as the user would write it (`blocks[1].weight`).
+    pub name: String,
+    pub kind: TensorKind,
+    /// The module that owns it (for `Foreign`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<u64>,
+    /// Attribute name on the owning module.
+    #[serde(default)]
+    pub attr: String,
+    #[serde(default)]
+    pub shape: Vec<i64>,
+    #[serde(default)]
+    pub dtype: String,
+    pub requires_grad: bool,
+    pub is_leaf: bool,
+    /// Whether the object is an `nn.Parameter`.
+    #[serde(default)]
+    pub is_parameter: bool,
+    /// For a non-leaf: the chain of autograd nodes from it down to the leaf it came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grad_fn_chain: Vec<String>,
+    /// For a non-leaf: the key of the leaf behind it, when tracked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<u64>,
+    /// Where it was assigned in its module's source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_at: Option<Location>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorKind {
+    /// In `named_parameters()`.
+    #[default]
+    Param,
+    /// A tensor requiring grad in a plain list/dict/tuple attribute, or a parameter of a
+    /// module kept in one.
+    Container,
+    /// A plain tensor attribute (`self.w = torch.randn(..., requires_grad=True)`).
+    Attribute,
+    /// Registered with `register_buffer`.
+    Buffer,
+    /// A parameter of an orphan module (built inside forward).
+    Orphan,
+    /// Held by an optimizer, found on no model.
+    Foreign,
+    /// A leaf found only behind a non-leaf attribute.
+    Hidden,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerRec {
+    pub key: u64,
+    pub class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Location>,
+    /// Tensor keys in its param groups.
+    #[serde(default)]
+    pub params: Vec<u64>,
+    /// Learning rates of its param groups.
+    #[serde(default)]
+    pub lrs: Vec<f64>,
+}
+
+/// A call of `backward()`/`torch.autograd.backward` or `torch.autograd.grad`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackwardRec {
+    pub seq: u64,
+    /// `backward` or `grad`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+    /// Name of the loss's `grad_fn` (None when the loss has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_grad_fn: Option<String>,
+    /// Tensor keys whose gradient was accumulated (post-accumulate-grad hooks), or, for
+    /// `autograd.grad`, inputs that received a gradient.
+    #[serde(default)]
+    pub reached: Vec<u64>,
+    /// Gradient norms right after this backward, for tracked tensors no optimizer holds.
+    #[serde(default)]
+    pub grad_norms: Vec<(u64, Option<f64>)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One `optimizer.step()` as seen by the global step hooks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRec {
+    /// Sequence number of the pre-step hook.
+    pub seq: u64,
+    pub optimizer: u64,
+    /// 1-based count of this optimizer's steps.
+    pub index: u32,
+    /// Per tensor: gradient norm before the step (None where `.grad` was None).
+    #[serde(default)]
+    pub grad_norms: Vec<(u64, Option<f64>)>,
+    /// Per tensor: weight norm before and after the step.
+    #[serde(default)]
+    pub weight_before: Vec<(u64, f64)>,
+    #[serde(default)]
+    pub weight_after: Vec<(u64, f64)>,
+}
+
+/// A `zero_grad()` call on an optimizer or module.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ZeroGradRec {
+    pub seq: u64,
+    /// `optimizer` or `module`.
+    pub target: String,
+    pub key: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+}
+
+/// A `GradScaler.step(optimizer)` call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScalerStepRec {
+    pub seq: u64,
+    pub optimizer: u64,
+    /// Whether the optimizer actually stepped during it.
+    pub stepped: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+}
+
+/// The exception a script ended with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScriptError {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+}
+
+/// Everything one traced run observed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capture {
+    pub format: String,
+    pub version: u32,
+    pub tool_version: String,
+    /// `run` or `diagnose`.
+    pub command: String,
+    #[serde(default)]
+    pub target: Target,
+    #[serde(default)]
+    pub environment: Environment,
+    /// Observation limit asked for (`--steps`).
+    #[serde(default)]
+    pub steps_requested: u32,
+    #[serde(default)]
+    pub modules: Vec<ModuleRec>,
+    #[serde(default)]
+    pub tensors: Vec<TensorRec>,
+    #[serde(default)]
+    pub optimizers: Vec<OptimizerRec>,
+    #[serde(default)]
+    pub backwards: Vec<BackwardRec>,
+    #[serde(default)]
+    pub steps: Vec<StepRec>,
+    #[serde(default)]
+    pub zero_grads: Vec<ZeroGradRec>,
+    #[serde(default)]
+    pub scaler_steps: Vec<ScalerStepRec>,
+    /// Forward calls of model roots observed.
+    #[serde(default)]
+    pub root_calls: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ScriptError>,
+    /// Notes from the tracer itself (a hook that failed, a region it could not see).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture {
+            format: CAPTURE_FORMAT.to_owned(),
+            version: CAPTURE_VERSION,
+            tool_version: crate::TOOL_VERSION.to_owned(),
+            command: "run".to_owned(),
+            target: Target::default(),
+            environment: Environment::default(),
+            steps_requested: 0,
+            modules: Vec::new(),
+            tensors: Vec::new(),
+            optimizers: Vec::new(),
+            backwards: Vec::new(),
+            steps: Vec::new(),
+            zero_grads: Vec::new(),
+            scaler_steps: Vec::new(),
+            root_calls: 0,
+            error: None,
+            notes: Vec::new(),
+        }
+    }
+}
+
+impl Capture {
+    /// Parses a capture, checking the format tag and version before the fields, so that a
+    /// file from another tool or version gets a precise message.
+    pub fn from_json(text: &str) -> Result<Capture, CaptureError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| CaptureError::Malformed(format!("invalid JSON ({e})")))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| CaptureError::Malformed("the top level is not an object".into()))?;
+        if obj.get("format").and_then(|f| f.as_str()) != Some(CAPTURE_FORMAT) {
+            return Err(CaptureError::Malformed(format!(
+                "missing \"format\": \"{CAPTURE_FORMAT}\""
+            )));
+        }
+        let version = obj.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
+        if version != u64::from(CAPTURE_VERSION) {
+            return Err(CaptureError::Version {
+                found: version,
+                expected: CAPTURE_VERSION,
+            });
+        }
+        serde_json::from_value(value).map_err(|e| CaptureError::Malformed(e.to_string()))
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    pub fn module(&self, key: u64) -> Option<&ModuleRec> {
+        self.modules.iter().find(|m| m.key == key)
+    }
+
+    pub fn optimizer(&self, key: u64) -> Option<&OptimizerRec> {
+        self.optimizers.iter().find(|o| o.key == key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_json() {
+        let mut c = Capture::default();
+        c.tensors.push(TensorRec {
+            key: 3,
+            name: "fc.weight".into(),
+            requires_grad: true,
+            is_leaf: true,
+            shape: vec![4, 2],
+            ..Default::default()
+        });
+        let back = Capture::from_json(&c.to_json()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn rejects_garbage_with_a_reason() {
+        for bad in ["", "nope", "[1,2]", "{\"format\":\"x\"}", "{\"format\":\"gradsleuth-capture\",\"version\":99}"] {
+            let err = Capture::from_json(bad).unwrap_err().to_string();
+            assert!(!err.is_empty(), "{bad}");
+        }
+        let err = Capture::from_json("{\"format\":\"gradsleuth-capture\",\"version\":99}").unwrap_err();
+        assert!(err.to_string().contains("version 99"));
+        let err = Capture::from_json("{\"format\":\"gradsleuth-capture\",\"version\":1,\"modules\":3}").unwrap_err();
+        assert!(matches!(err, CaptureError::Malformed(_)));
+    }
+}

@@ -1,0 +1,27 @@
+//! The data that flows through gradsleuth, one way: **capture → analysis → findings → renderers**.
+//!
+//! This crate owns the three records every other crate speaks:
+//!
+//! * [`capture::Capture`]: what the tracer saw while a training script ran: modules, the
+//!   tensors that look like parameters, optimizers, backward calls, optimizer steps. It holds
+//!   identities, shapes, norms and source locations, never tensor data, and it is versioned
+//!   ([`capture::CAPTURE_VERSION`]) so a saved capture can be re-analysed later by the CLI
+//!   without Python.
+//! * [`finding::Finding`]: one diagnosed problem (or a deliberate choice worth stating), with
+//!   its stable code, root-cause [`finding::Category`], the line the user must change, a chain
+//!   in words and a concrete fix. Runtime checks and lint rules produce this same type.
+//! * [`report::Report`]: what a command prints, serialised exactly as
+//!   `shared/report.schema.json` describes.
+//!
+//! Nothing here knows about Python, PyO3 or the terminal.
+
+pub mod capture;
+pub mod finding;
+pub mod report;
+
+pub use capture::{Capture, CaptureError};
+pub use finding::{Category, Finding, Location, Related, Severity};
+pub use report::{ParamRow, ParamStatus, Report, ReportError};
+
+/// The version of gradsleuth that wrote a capture or report.
+pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,225 @@
+//! Source lookups for findings: the tracer knows *which* function or class a problem lives in
+//! (file and first line, from Python's code objects); this crate finds the exact line a user
+//! must change inside it, and fills snippets so a saved capture renders without the files.
+//!
+//! It reads text only (lossily for non-UTF-8 files) and never fails: a missing file just
+//! yields no snippet. Files are cached per [`SourceCache`] so a report touching the same
+//! module many times reads it once.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use gradsleuth_model::Location;
+
+/// Lines of files read so far.
+#[derive(Default)]
+pub struct SourceCache {
+    files: HashMap<String, Option<Vec<String>>>,
+}
+
+impl SourceCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The file's lines, or None if it cannot be read.
+    pub fn lines(&mut self, file: &str) -> Option<&[String]> {
+        self.files
+            .entry(file.to_owned())
+            .or_insert_with(|| {
+                let bytes = std::fs::read(Path::new(file)).ok()?;
+                let text = String::from_utf8_lossy(&bytes);
+                Some(text.lines().map(str::to_owned).collect())
+            })
+            .as_deref()
+    }
+
+    /// Line `line` (1-based), without its newline.
+    pub fn line(&mut self, file: &str, line: u32) -> Option<String> {
+        let lines = self.lines(file)?;
+        lines.get((line as usize).checked_sub(1)?).cloned()
+    }
+
+    /// Fills `snippet` from the file when it is missing.
+    pub fn fill_snippet(&mut self, loc: &mut Location) {
+        if loc.snippet.is_none() {
+            loc.snippet = self.line(&loc.file, loc.line).map(|l| l.trim_end().to_owned());
+        }
+    }
+
+    /// The extent `[first, last]` of the block (a `def` or `class`) that starts at `first`:
+    /// every following line indented deeper than the header, blank lines and comments inside.
+    pub fn block_extent(&mut self, file: &str, first: u32) -> Option<(u32, u32)> {
+        let lines = self.lines(file)?;
+        let start = (first as usize).checked_sub(1)?;
+        // Decorators come before the header: skip to the `def`/`class` line.
+        let header = (start..lines.len()).find(|&i| {
+            let t = lines[i].trim_start();
+            t.starts_with("def ") || t.starts_with("async def ") || t.starts_with("class ")
+        })?;
+        let indent = indentation(&lines[header]);
+        let mut last = header;
+        // A header may span lines (long signatures): continue until the line ending with ':'.
+        let mut i = header;
+        while i < lines.len() && !strip_comment(&lines[i]).trim_end().ends_with(':') {
+            i += 1;
+            last = i;
+        }
+        for (j, l) in lines.iter().enumerate().skip(i + 1) {
+            let t = l.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            if indentation(l) <= indent {
+                break;
+            }
+            last = j;
+        }
+        Some((header as u32 + 1, last as u32 + 1))
+    }
+
+    /// Inside the block starting at `first`, the first line matching `pred` (1-based).
+    pub fn find_in_block(&mut self, file: &str, first: u32, pred: impl Fn(&str) -> bool) -> Option<u32> {
+        let (a, b) = self.block_extent(file, first)?;
+        let lines = self.lines(file)?;
+        (a..=b).find(|&n| {
+            let l = &lines[n as usize - 1];
+            pred(strip_comment(l))
+        })
+    }
+
+    /// Where `self.<attr>` is assigned inside a class body (its methods included), e.g.
+    /// `self.heads = [nn.Linear(...)]` or `self.register_buffer("attr", ...)`.
+    pub fn attribute_assignment(&mut self, file: &str, class_first: u32, attr: &str) -> Option<Location> {
+        let line = self.find_in_block(file, class_first, |l| assigns_attr(l, attr))?;
+        Some(self.location(file, line))
+    }
+
+    /// A location with its snippet and the column of the first non-blank character.
+    pub fn location(&mut self, file: &str, line: u32) -> Location {
+        let mut loc = Location::new(file, line);
+        if let Some(text) = self.line(file, line) {
+            loc.column = Some(indentation(&text) as u32 + 1);
+            loc.snippet = Some(text.trim_end().to_owned());
+        }
+        loc
+    }
+}
+
+fn indentation(line: &str) -> usize {
+    line.chars().take_while(|c| *c == ' ' || *c == '\t').count()
+}
+
+/// The line without a trailing `#` comment (quotes respected roughly: a `#` inside a string
+/// literal on the line is kept).
+pub fn strip_comment(line: &str) -> &str {
+    let mut quote: Option<char> = None;
+    let mut prev = '\0';
+    for (i, c) in line.char_indices() {
+        match quote {
+            Some(q) if c == q && prev != '\\' => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c == '#' => return &line[..i],
+            None => {}
+        }
+        prev = c;
+    }
+    line
+}
+
+/// Does this line bind attribute `attr` of `self` (plain, annotated or augmented assignment,
+/// `setattr(self, "attr", ...)`, `register_buffer("attr", ...)`, `register_parameter`)?
+pub fn assigns_attr(line: &str, attr: &str) -> bool {
+    let t = line.trim_start();
+    let target = format!("self.{attr}");
+    if let Some(rest) = t.strip_prefix(&target) {
+        let rest = rest.trim_start();
+        // `self.attr = ...`, `self.attr: T = ...`, but not `self.attr == ...` or `self.attr_x`.
+        return (rest.starts_with('=') && !rest.starts_with("=="))
+            || rest.starts_with(':')
+            || (rest.starts_with(',') && t.contains('='));
+    }
+    for call in ["register_buffer(", "register_parameter(", "setattr(self,"] {
+        if let Some(pos) = t.find(call) {
+            let args = &t[pos + call.len()..];
+            let args = args.trim_start();
+            if args.starts_with(&format!("\"{attr}\"")) || args.starts_with(&format!("'{attr}'")) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Does this line construct `class` (`nn.Linear(`, `Linear(`, `torch.nn.Linear(`)?
+pub fn constructs(line: &str, class: &str) -> bool {
+    let mut from = 0;
+    while let Some(pos) = line[from..].find(class) {
+        let at = from + pos;
+        let before = line[..at].chars().next_back();
+        let after = line[at + class.len()..].trim_start();
+        let ident_before = before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if !ident_before && after.starts_with('(') {
+            return true;
+        }
+        from = at + class.len();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.py");
+        std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
+        let p = path.to_string_lossy().into_owned();
+        (dir, p)
+    }
+
+    const SRC: &str = "import torch\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.heads = [nn.Linear(4, 4) for _ in range(2)]  # bug\n        self.heads_count = 2\n        self.register_buffer(\"scale\", torch.ones(3))\n\n    def forward(self, x):\n        h = nn.Linear(4, 4)(x)\n        return h\n\nx = 1\n";
+
+    #[test]
+    fn finds_attribute_assignments_in_the_class() {
+        let (_d, p) = file(SRC);
+        let mut c = SourceCache::new();
+        assert_eq!(c.block_extent(&p, 3), Some((3, 12)));
+        assert_eq!(c.attribute_assignment(&p, 3, "heads").unwrap().line, 6);
+        assert_eq!(c.attribute_assignment(&p, 3, "scale").unwrap().line, 8);
+        assert!(c.attribute_assignment(&p, 3, "head").is_none());
+        let loc = c.attribute_assignment(&p, 3, "heads_count").unwrap();
+        assert_eq!((loc.line, loc.column), (7, Some(9)));
+    }
+
+    #[test]
+    fn finds_constructions_inside_a_function() {
+        let (_d, p) = file(SRC);
+        let mut c = SourceCache::new();
+        assert_eq!(c.find_in_block(&p, 10, |l| constructs(l, "Linear")), Some(11));
+        assert!(!constructs("x = MyLinear(3)", "Linear"));
+        assert!(constructs("x = torch.nn.Linear (3)", "Linear"));
+    }
+
+    #[test]
+    fn missing_files_and_bad_lines_are_not_errors() {
+        let mut c = SourceCache::new();
+        assert!(c.line("/no/such/file.py", 3).is_none());
+        let (_d, p) = file(SRC);
+        assert!(c.line(&p, 0).is_none());
+        assert!(c.line(&p, 999).is_none());
+        assert!(c.block_extent(&p, 999).is_none());
+    }
+
+    #[test]
+    fn comments_do_not_count() {
+        assert!(!assigns_attr("# self.fc = nn.Linear(1, 1)", "fc") || strip_comment("# self.fc = 1").is_empty());
+        assert_eq!(strip_comment("x = '#'  # c"), "x = '#'  ");
+        assert!(!assigns_attr("self.fc == 3", "fc"));
+        assert!(assigns_attr("self.fc: nn.Linear = nn.Linear(1, 1)", "fc"));
+        assert!(assigns_attr("setattr(self, 'fc', nn.Linear(1, 1))", "fc"));
+    }
+}

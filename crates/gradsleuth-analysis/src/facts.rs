@@ -39,7 +39,9 @@ pub struct TensorFacts {
 
 impl TensorFacts {
     pub fn grad_nonzero(&self) -> bool {
-        self.grad_norms.iter().any(|g| matches!(g, Some(n) if *n != 0.0))
+        self.grad_norms
+            .iter()
+            .any(|g| matches!(g, Some(n) if *n != 0.0))
     }
     pub fn reached(&self) -> bool {
         !self.reached_in.is_empty()
@@ -102,10 +104,15 @@ impl Facts {
         for t in &capture.tensors {
             let optimizers = by_opt.get(&t.key).cloned().unwrap_or_default();
             let reached_in = reached.get(&t.key).cloned().unwrap_or_default();
-            let (grad_norms, updates, changed) = match optimizers.first().and_then(|o| steps_of.get(o)) {
-                Some(steps) => timeline_from_steps(t.key, steps),
-                None => (timeline_from_backwards(t.key, capture, &primary), Vec::new(), false),
-            };
+            let (grad_norms, updates, changed) =
+                match optimizers.first().and_then(|o| steps_of.get(o)) {
+                    Some(steps) => timeline_from_steps(t.key, steps),
+                    None => (
+                        timeline_from_backwards(t.key, capture, &primary),
+                        Vec::new(),
+                        false,
+                    ),
+                };
             let mut f = TensorFacts {
                 key: t.key,
                 optimizers,
@@ -140,7 +147,9 @@ impl Facts {
 
     /// Tracked tensors in capture order, with their facts.
     pub fn iter(&self) -> impl Iterator<Item = (&TensorRec, &TensorFacts)> {
-        self.order.iter().filter_map(|k| Some((self.recs.get(k)?, self.tensors.get(k)?)))
+        self.order
+            .iter()
+            .filter_map(|k| Some((self.recs.get(k)?, self.tensors.get(k)?)))
     }
 
     /// The report's parameter table.
@@ -152,7 +161,11 @@ impl Facts {
                 shape: t.shape.clone(),
                 status: f.status,
                 in_optimizer: Some(!f.optimizers.is_empty()),
-                grad_norm: f.grad_norms.iter().map(|g| g.filter(|x| x.is_finite())).collect(),
+                grad_norm: f
+                    .grad_norms
+                    .iter()
+                    .map(|g| g.filter(|x| x.is_finite()))
+                    .collect(),
                 update_norm: f.updates.clone(),
                 ranks: None,
             })
@@ -177,10 +190,22 @@ fn timeline_from_steps(
     let mut updates = Vec::new();
     let mut changed = false;
     for s in steps {
-        let g = s.grad_norms.iter().find(|(k, _)| *k == key).and_then(|(_, n)| decode(*n));
+        let g = s
+            .grad_norms
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, n)| decode(*n));
         grads.push(g);
-        let before = s.weight_before.iter().find(|(k, _)| *k == key).map(|(_, n)| *n);
-        let after = s.weight_after.iter().find(|(k, _)| *k == key).map(|(_, n)| *n);
+        let before = s
+            .weight_before
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, n)| *n);
+        let after = s
+            .weight_after
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, n)| *n);
         let u = match (before, after) {
             (Some(b), Some(a)) => {
                 if a.to_bits() != b.to_bits() {
@@ -199,7 +224,10 @@ fn timeline_from_steps(
 /// step (or after each backward when nothing stepped).
 fn timeline_from_backwards(key: u64, capture: &Capture, primary: &[u64]) -> Vec<Option<f64>> {
     let norm_in = |b: &gradsleuth_model::capture::BackwardRec| {
-        b.grad_norms.iter().find(|(k, _)| *k == key).and_then(|(_, n)| decode(*n))
+        b.grad_norms
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, n)| decode(*n))
     };
     if primary.is_empty() {
         return capture.backwards.iter().map(norm_in).collect();
@@ -207,7 +235,11 @@ fn timeline_from_backwards(key: u64, capture: &Capture, primary: &[u64]) -> Vec<
     let mut out = Vec::with_capacity(primary.len());
     let mut lo = 0u64;
     for &hi in primary {
-        let last = capture.backwards.iter().filter(|b| b.seq > lo && b.seq < hi).next_back();
+        let last = capture
+            .backwards
+            .iter()
+            .filter(|b| b.seq > lo && b.seq < hi)
+            .next_back();
         out.push(last.and_then(norm_in));
         lo = hi;
     }
@@ -224,10 +256,16 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
     if !t.is_leaf {
         return ParamStatus::NonLeaf;
     }
-    if matches!(t.kind, TensorKind::Container | TensorKind::Attribute | TensorKind::Orphan) {
+    if matches!(
+        t.kind,
+        TensorKind::Container | TensorKind::Attribute | TensorKind::Orphan
+    ) {
         return ParamStatus::Unregistered;
     }
-    if f.grad_norms.iter().any(|g| matches!(g, Some(n) if !n.is_finite())) {
+    if f.grad_norms
+        .iter()
+        .any(|g| matches!(g, Some(n) if !n.is_finite()))
+    {
         return ParamStatus::Nan;
     }
     let seen = f.grad_norms.iter().any(Option::is_some);
@@ -235,7 +273,11 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
         if !any_step {
             return ParamStatus::Learning;
         }
-        return if f.changed { ParamStatus::Learning } else { ParamStatus::NotUpdated };
+        return if f.changed {
+            ParamStatus::Learning
+        } else {
+            ParamStatus::NotUpdated
+        };
     }
     if f.reached() && !seen && any_step {
         // A backward accumulated into it, but no step saw a gradient: cleared or skipped.

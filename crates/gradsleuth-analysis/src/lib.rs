@@ -46,7 +46,10 @@ impl<'a> Context<'a> {
     }
 
     /// A location with its snippet filled in.
-    pub fn locate(&self, loc: Option<&gradsleuth_model::Location>) -> Option<gradsleuth_model::Location> {
+    pub fn locate(
+        &self,
+        loc: Option<&gradsleuth_model::Location>,
+    ) -> Option<gradsleuth_model::Location> {
         let mut l = loc?.clone();
         self.source.borrow_mut().fill_snippet(&mut l);
         Some(l)

@@ -19,7 +19,8 @@ pub trait GraphSource {
     /// Stable identity of a node for the duration of the walk.
     fn id(&self, node: &Self::Node) -> Self::Id;
     /// Appends the node's inputs (its `next_functions`, `None` entries skipped) to `out`.
-    fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>) -> Result<(), Self::Error>;
+    fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>)
+        -> Result<(), Self::Error>;
     /// For a leaf-accumulating node, the identity of the tensor it accumulates into.
     fn leaf(&mut self, node: &Self::Node) -> Result<Option<u64>, Self::Error>;
 }
@@ -38,7 +39,11 @@ pub struct Walk {
 }
 
 /// Breadth-first walk from `roots`, at most `budget` nodes.
-pub fn walk<G: GraphSource>(g: &mut G, roots: Vec<G::Node>, budget: usize) -> Result<Walk, G::Error> {
+pub fn walk<G: GraphSource>(
+    g: &mut G,
+    roots: Vec<G::Node>,
+    budget: usize,
+) -> Result<Walk, G::Error> {
     let mut seen: HashSet<G::Id> = HashSet::with_capacity(1024);
     let mut seen_leaves: HashSet<u64> = HashSet::new();
     let mut out = Walk::default();
@@ -180,14 +185,18 @@ mod tests {
     #[test]
     fn long_chains_do_not_overflow_the_stack() {
         let n = 1_000_000;
-        let mut adj: Vec<Vec<usize>> = (0..n).map(|i| if i + 1 < n { vec![i + 1] } else { vec![] }).collect();
+        let mut adj: Vec<Vec<usize>> = (0..n)
+            .map(|i| if i + 1 < n { vec![i + 1] } else { vec![] })
+            .collect();
         adj.shrink_to_fit();
         let mut leaf = vec![None; n];
         leaf[n - 1] = Some(7);
         let mut g = Synthetic { adj, leaf };
         let w = walk(&mut g, vec![0], usize::MAX).unwrap();
         assert_eq!((w.nodes, w.leaves.clone()), (n, vec![7]));
-        let path = path_to_leaf(&mut g, 0, 7, usize::MAX, |_, n| n.to_string()).unwrap().unwrap();
+        let path = path_to_leaf(&mut g, 0, 7, usize::MAX, |_, n| n.to_string())
+            .unwrap()
+            .unwrap();
         assert_eq!(path.len(), n);
     }
 
@@ -195,8 +204,14 @@ mod tests {
     fn path_names_the_nodes_from_root_to_leaf() {
         let mut g = diamond();
         let names = ["loss", "add", "mm_a", "mm_b", "w1", "w2"];
-        let p = path_to_leaf(&mut g, 0, 11, 100, |_, n| names[*n].to_string()).unwrap().unwrap();
+        let p = path_to_leaf(&mut g, 0, 11, 100, |_, n| names[*n].to_string())
+            .unwrap()
+            .unwrap();
         assert_eq!(p, vec!["loss", "add", "mm_b", "w2"]);
-        assert!(path_to_leaf(&mut g, 0, 99, 100, |_, n| names[*n].to_string()).unwrap().is_none());
+        assert!(
+            path_to_leaf(&mut g, 0, 99, 100, |_, n| names[*n].to_string())
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -303,8 +303,8 @@ impl Capture {
     /// Parses a capture, checking the format tag and version before the fields, so that a
     /// file from another tool or version gets a precise message.
     pub fn from_json(text: &str) -> Result<Capture, CaptureError> {
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| CaptureError::Malformed(format!("invalid JSON ({e})")))?;
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| CaptureError::Malformed(format!("invalid JSON ({e})")))?;
         let obj = value
             .as_object()
             .ok_or_else(|| CaptureError::Malformed("the top level is not an object".into()))?;
@@ -357,13 +357,22 @@ mod tests {
 
     #[test]
     fn rejects_garbage_with_a_reason() {
-        for bad in ["", "nope", "[1,2]", "{\"format\":\"x\"}", "{\"format\":\"gradsleuth-capture\",\"version\":99}"] {
+        for bad in [
+            "",
+            "nope",
+            "[1,2]",
+            "{\"format\":\"x\"}",
+            "{\"format\":\"gradsleuth-capture\",\"version\":99}",
+        ] {
             let err = Capture::from_json(bad).unwrap_err().to_string();
             assert!(!err.is_empty(), "{bad}");
         }
-        let err = Capture::from_json("{\"format\":\"gradsleuth-capture\",\"version\":99}").unwrap_err();
+        let err =
+            Capture::from_json("{\"format\":\"gradsleuth-capture\",\"version\":99}").unwrap_err();
         assert!(err.to_string().contains("version 99"));
-        let err = Capture::from_json("{\"format\":\"gradsleuth-capture\",\"version\":1,\"modules\":3}").unwrap_err();
+        let err =
+            Capture::from_json("{\"format\":\"gradsleuth-capture\",\"version\":1,\"modules\":3}")
+                .unwrap_err();
         assert!(matches!(err, CaptureError::Malformed(_)));
     }
 }

@@ -134,7 +134,12 @@ pub struct Finding {
 
 impl Finding {
     /// A finding with the required fields; the id is assigned when the report is assembled.
-    pub fn new(code: &str, category: Category, severity: Severity, message: impl Into<String>) -> Self {
+    pub fn new(
+        code: &str,
+        category: Category,
+        severity: Severity,
+        message: impl Into<String>,
+    ) -> Self {
         Finding {
             id: String::new(),
             code: code.to_owned(),

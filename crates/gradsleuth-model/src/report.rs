@@ -105,7 +105,11 @@ impl Report {
 
     /// Numbers findings `F1, F2, ...` in order, most severe first.
     pub fn push_findings(&mut self, mut findings: Vec<Finding>) {
-        findings.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.code.cmp(&b.code)));
+        findings.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then_with(|| a.code.cmp(&b.code))
+        });
         for f in findings {
             let mut f = f;
             f.id = format!("F{}", self.findings.len() + 1);

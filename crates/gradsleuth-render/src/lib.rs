@@ -1,1 +1,343 @@
-pub fn x(){}
+//! Renderers: a [`Report`] in, text out. Every command that prints findings (run, diagnose,
+//! report, and later lint) goes through here, so a finding looks the same wherever it came
+//! from.
+//!
+//! * [`text`]: the terminal report: a headline, each finding with a rustc/ruff-style code
+//!   frame, its chain and its fix, then the parameter table. Colour only when asked
+//!   ([`TextOptions::color`]); the CLI decides from the TTY and `NO_COLOR`.
+//! * [`json`]: the schema's JSON, pretty-printed.
+
+use std::fmt::Write;
+
+use anstyle::{AnsiColor, Effects, Style};
+use gradsleuth_model::{Finding, Location, ParamStatus, Report, Severity};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextOptions {
+    pub color: bool,
+    /// Show every parameter row, not only those that do not learn.
+    pub all_params: bool,
+}
+
+pub fn json(report: &Report) -> String {
+    let mut s = report.to_json();
+    s.push('\n');
+    s
+}
+
+struct Paint {
+    on: bool,
+}
+
+impl Paint {
+    fn paint(&self, style: Style, text: &str) -> String {
+        if self.on {
+            format!("{}{}{}", style.render(), text, style.render_reset())
+        } else {
+            text.to_owned()
+        }
+    }
+    fn severity(&self, s: Severity) -> Style {
+        let c = match s {
+            Severity::Error => AnsiColor::Red,
+            Severity::Warning => AnsiColor::Yellow,
+            Severity::Info => AnsiColor::Cyan,
+        };
+        Style::new().fg_color(Some(c.into())).effects(Effects::BOLD)
+    }
+}
+
+fn dim() -> Style {
+    Style::new()
+        .fg_color(Some(AnsiColor::Blue.into()))
+        .effects(Effects::BOLD)
+}
+
+fn bold() -> Style {
+    Style::new().effects(Effects::BOLD)
+}
+
+/// Counts like "2 errors, 1 warning".
+pub fn counts(report: &Report) -> String {
+    let n = |s: Severity| report.findings.iter().filter(|f| f.severity == s).count();
+    let mut parts = Vec::new();
+    for (s, word) in [
+        (Severity::Error, "error"),
+        (Severity::Warning, "warning"),
+        (Severity::Info, "info"),
+    ] {
+        let k = n(s);
+        if k > 0 {
+            parts.push(if k == 1 || word == "info" {
+                format!("{k} {word}")
+            } else {
+                format!("{k} {word}s")
+            });
+        }
+    }
+    if parts.is_empty() {
+        "no problems found".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+pub fn text(report: &Report, opts: TextOptions) -> String {
+    let p = Paint { on: opts.color };
+    let mut out = String::new();
+    let learning = report
+        .parameters
+        .iter()
+        .filter(|r| r.status == ParamStatus::Learning)
+        .count();
+    let mut head = format!("gradsleuth {}: {}", report.command, counts(report));
+    if let Some(steps) = report.steps_observed {
+        let _ = write!(
+            head,
+            " · {steps} step{} observed",
+            if steps == 1 { "" } else { "s" }
+        );
+    }
+    if !report.parameters.is_empty() {
+        let _ = write!(
+            head,
+            " · {} of {} parameters learning",
+            learning,
+            report.parameters.len()
+        );
+    }
+    let _ = writeln!(out, "{}", p.paint(bold(), &head));
+    if let Some(err) = &report.error {
+        let _ = writeln!(
+            out,
+            "{} the script raised {}: {}",
+            p.paint(p.severity(Severity::Error), "!"),
+            err.kind,
+            first_line(&err.message)
+        );
+    }
+    for f in &report.findings {
+        out.push('\n');
+        finding(&mut out, f, &p);
+    }
+    params(&mut out, report, opts, &p);
+    out
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn finding(out: &mut String, f: &Finding, p: &Paint) {
+    let sev = p.paint(
+        p.severity(f.severity),
+        &format!("{}[{}]", f.severity.as_str(), f.code),
+    );
+    let _ = writeln!(
+        out,
+        "{sev} {}: {}",
+        p.paint(bold(), &f.category.as_str()),
+        f.message
+    );
+    if let Some(loc) = &f.location {
+        frame(out, loc, p);
+    }
+    let bar = p.paint(dim(), "=");
+    if !f.params.is_empty() {
+        let shown: Vec<&str> = f.params.iter().take(8).map(String::as_str).collect();
+        let more = if f.params.len() > 8 {
+            format!(" (+{} more)", f.params.len() - 8)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "   {bar} params: {}{more}", shown.join(", "));
+    }
+    if !f.chain.is_empty() {
+        let _ = writeln!(out, "   {bar} chain: {}", f.chain.join(" → "));
+    }
+    for r in &f.related {
+        let _ = writeln!(
+            out,
+            "   {bar} related: {}:{}: {}",
+            r.location.file, r.location.line, r.message
+        );
+        if let Some(s) = &r.location.snippet {
+            let _ = writeln!(out, "       {}", s.trim());
+        }
+    }
+    if !f.steps.is_empty() && f.steps.len() < 20 {
+        let s: Vec<String> = f.steps.iter().map(u32::to_string).collect();
+        let _ = writeln!(out, "   {bar} steps: {}", s.join(", "));
+    }
+    if let Some(fix) = &f.fix {
+        let _ = writeln!(out, "   {bar} {}: {fix}", p.paint(bold(), "fix"));
+    }
+}
+
+/// A rustc-style frame: `--> file:line:col`, the line, a caret underline.
+fn frame(out: &mut String, loc: &Location, p: &Paint) {
+    let col = loc.column.unwrap_or(1);
+    let _ = writeln!(
+        out,
+        "  {} {}:{}:{}",
+        p.paint(dim(), "-->"),
+        loc.file,
+        loc.line,
+        col
+    );
+    let Some(snippet) = &loc.snippet else { return };
+    let num = loc.line.to_string();
+    let pad = " ".repeat(num.len());
+    let gutter = p.paint(dim(), "|");
+    let _ = writeln!(out, "{pad} {gutter}");
+    let _ = writeln!(out, "{} {gutter} {}", p.paint(dim(), &num), snippet);
+    let start = (col as usize).saturating_sub(1);
+    let width = snippet.chars().count().saturating_sub(start).max(1);
+    let carets = p.paint(
+        Style::new().fg_color(Some(AnsiColor::Red.into())),
+        &"^".repeat(width),
+    );
+    let _ = writeln!(out, "{pad} {gutter} {}{carets}", " ".repeat(start));
+}
+
+fn fmt_norm(v: &Option<f64>) -> String {
+    match v {
+        None => "—".into(),
+        Some(x) if *x == 0.0 => "0".into(),
+        Some(x) => format!("{x:.2e}"),
+    }
+}
+
+fn params(out: &mut String, report: &Report, opts: TextOptions, p: &Paint) {
+    if report.parameters.is_empty() {
+        return;
+    }
+    let rows: Vec<_> = report
+        .parameters
+        .iter()
+        .filter(|r| opts.all_params || r.status != ParamStatus::Learning)
+        .collect();
+    let hidden = report.parameters.len() - rows.len();
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", p.paint(bold(), "parameters"));
+    if rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "  all {} parameters are learning",
+            report.parameters.len()
+        );
+        return;
+    }
+    let name_w = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 48);
+    let _ = writeln!(
+        out,
+        "  {:<name_w$}  {:<14}  {:<12}  {:<5}  grad norm per step",
+        "name", "shape", "status", "optim"
+    );
+    for r in rows {
+        let shape = format!("{:?}", r.shape);
+        let status_style = match r.status {
+            ParamStatus::Learning => Style::new().fg_color(Some(AnsiColor::Green.into())),
+            ParamStatus::Frozen => Style::new().fg_color(Some(AnsiColor::Cyan.into())),
+            _ => Style::new().fg_color(Some(AnsiColor::Red.into())),
+        };
+        let status = p.paint(status_style, &format!("{:<12}", r.status.as_str()));
+        let norms: Vec<String> = r.grad_norm.iter().take(6).map(fmt_norm).collect();
+        let mut name: String = r.name.chars().take(name_w).collect();
+        if r.name.chars().count() > name_w {
+            name.pop();
+            name.push('…');
+        }
+        let opt = match r.in_optimizer {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<name_w$}  {shape:<14}  {status}  {opt:<5}  {}",
+            norms.join(" ")
+        );
+    }
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "  … and {hidden} learning parameters (--all-params lists them)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gradsleuth_model::{Category, ParamRow};
+
+    fn sample() -> Report {
+        let mut r = Report::new("run");
+        r.steps_observed = Some(3);
+        r.parameters.push(ParamRow {
+            name: "heads[0].weight".into(),
+            shape: vec![10, 64],
+            status: ParamStatus::Unregistered,
+            in_optimizer: Some(false),
+            grad_norm: vec![Some(0.5), None, Some(0.0)],
+            update_norm: vec![],
+            ranks: None,
+        });
+        let mut loc = Location::new("model.py", 14);
+        loc.column = Some(9);
+        loc.snippet = Some("        self.heads = [nn.Linear(64, 10)]".into());
+        r.push_findings(vec![Finding::new(
+            "GS103",
+            Category::Unregistered,
+            Severity::Error,
+            "not registered",
+        )
+        .params(["heads[0].weight".to_string()])
+        .at(Some(loc))
+        .fix("use nn.ModuleList")]);
+        r
+    }
+
+    #[test]
+    fn text_report_has_frame_fix_and_table() {
+        let t = text(&sample(), TextOptions::default());
+        assert!(
+            t.starts_with(
+                "gradsleuth run: 1 error · 3 steps observed · 0 of 1 parameters learning"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("error[GS103] unregistered: not registered"));
+        assert!(t.contains("  --> model.py:14:9"));
+        assert!(t.contains("14 |         self.heads = [nn.Linear(64, 10)]"));
+        assert!(t.contains("   |         ^^^^"));
+        assert!(t.contains("= fix: use nn.ModuleList"));
+        assert!(t.contains("heads[0].weight  [10, 64]"));
+        assert!(t.contains("5.00e-1 — 0"));
+        assert!(!t.contains('\x1b'), "no colour unless asked");
+        assert!(text(
+            &sample(),
+            TextOptions {
+                color: true,
+                ..Default::default()
+            }
+        )
+        .contains('\x1b'));
+    }
+
+    #[test]
+    fn json_matches_the_schema_field_names() {
+        let v: serde_json::Value = serde_json::from_str(&json(&sample())).unwrap();
+        assert_eq!(v["tool"], "gradsleuth");
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["findings"][0]["category"], "unregistered");
+        assert_eq!(v["findings"][0]["id"], "F1");
+        assert_eq!(v["parameters"][0]["grad_norm"][1], serde_json::Value::Null);
+    }
+}

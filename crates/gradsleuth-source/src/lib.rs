@@ -43,7 +43,9 @@ impl SourceCache {
     /// Fills `snippet` from the file when it is missing.
     pub fn fill_snippet(&mut self, loc: &mut Location) {
         if loc.snippet.is_none() {
-            loc.snippet = self.line(&loc.file, loc.line).map(|l| l.trim_end().to_owned());
+            loc.snippet = self
+                .line(&loc.file, loc.line)
+                .map(|l| l.trim_end().to_owned());
         }
     }
 
@@ -79,7 +81,12 @@ impl SourceCache {
     }
 
     /// Inside the block starting at `first`, the first line matching `pred` (1-based).
-    pub fn find_in_block(&mut self, file: &str, first: u32, pred: impl Fn(&str) -> bool) -> Option<u32> {
+    pub fn find_in_block(
+        &mut self,
+        file: &str,
+        first: u32,
+        pred: impl Fn(&str) -> bool,
+    ) -> Option<u32> {
         let (a, b) = self.block_extent(file, first)?;
         let lines = self.lines(file)?;
         (a..=b).find(|&n| {
@@ -90,7 +97,12 @@ impl SourceCache {
 
     /// Where `self.<attr>` is assigned inside a class body (its methods included), e.g.
     /// `self.heads = [nn.Linear(...)]` or `self.register_buffer("attr", ...)`.
-    pub fn attribute_assignment(&mut self, file: &str, class_first: u32, attr: &str) -> Option<Location> {
+    pub fn attribute_assignment(
+        &mut self,
+        file: &str,
+        class_first: u32,
+        attr: &str,
+    ) -> Option<Location> {
         let line = self.find_in_block(file, class_first, |l| assigns_attr(l, attr))?;
         Some(self.location(file, line))
     }
@@ -176,7 +188,10 @@ mod tests {
     fn file(text: &str) -> (tempfile::TempDir, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.py");
-        std::fs::File::create(&path).unwrap().write_all(text.as_bytes()).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
         let p = path.to_string_lossy().into_owned();
         (dir, p)
     }
@@ -199,7 +214,10 @@ mod tests {
     fn finds_constructions_inside_a_function() {
         let (_d, p) = file(SRC);
         let mut c = SourceCache::new();
-        assert_eq!(c.find_in_block(&p, 10, |l| constructs(l, "Linear")), Some(11));
+        assert_eq!(
+            c.find_in_block(&p, 10, |l| constructs(l, "Linear")),
+            Some(11)
+        );
         assert!(!constructs("x = MyLinear(3)", "Linear"));
         assert!(constructs("x = torch.nn.Linear (3)", "Linear"));
     }
@@ -216,7 +234,10 @@ mod tests {
 
     #[test]
     fn comments_do_not_count() {
-        assert!(!assigns_attr("# self.fc = nn.Linear(1, 1)", "fc") || strip_comment("# self.fc = 1").is_empty());
+        assert!(
+            !assigns_attr("# self.fc = nn.Linear(1, 1)", "fc")
+                || strip_comment("# self.fc = 1").is_empty()
+        );
         assert_eq!(strip_comment("x = '#'  # c"), "x = '#'  ");
         assert!(!assigns_attr("self.fc == 3", "fc"));
         assert!(assigns_attr("self.fc: nn.Linear = nn.Linear(1, 1)", "fc"));

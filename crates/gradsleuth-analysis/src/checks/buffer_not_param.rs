@@ -26,10 +26,22 @@ fn run(ctx: &Context) -> Vec<Finding> {
         }
         ctx.claim([t.key]);
         let gets_grad = f.reached() || f.grad_nonzero();
-        let sev = if f.optimizers.is_empty() { Severity::Error } else { Severity::Warning };
-        let why = if t.is_parameter { "an nn.Parameter registered as a buffer" } else { "a buffer created with requires_grad=True" };
+        let sev = if f.optimizers.is_empty() {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        let why = if t.is_parameter {
+            "an nn.Parameter registered as a buffer"
+        } else {
+            "a buffer created with requires_grad=True"
+        };
         let what = if f.optimizers.is_empty() {
-            if gets_grad { "it receives gradients but no optimizer updates it" } else { "no optimizer updates it" }
+            if gets_grad {
+                "it receives gradients but no optimizer updates it"
+            } else {
+                "no optimizer updates it"
+            }
         } else {
             "it is optimized only because it was passed by hand; state_dict and parameters() treat it as a constant"
         };
@@ -75,7 +87,8 @@ mod tests {
     #[test]
     fn ordinary_buffers_are_fine() {
         let mut s = healthy(2);
-        s.tensor(20, "running_mean", 1, TensorKind::Buffer).requires_grad = false;
+        s.tensor(20, "running_mean", 1, TensorKind::Buffer)
+            .requires_grad = false;
         assert!(s.run(&CHECK).is_empty());
     }
 }

@@ -2,7 +2,9 @@
 
 use gradsleuth_model::{Category, Finding, Severity};
 
-use super::{group_by_module, module_assignment, module_name, name_list, plural, trainable_params, Check};
+use super::{
+    group_by_module, module_assignment, module_name, name_list, plural, trainable_params, Check,
+};
 use crate::Context;
 
 pub const CHECK: Check = Check {
@@ -24,7 +26,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let frozen: Vec<u64> = ctx
         .facts
         .iter()
-        .filter(|(t, f)| f.visible && !t.requires_grad && t.kind == gradsleuth_model::capture::TensorKind::Param)
+        .filter(|(t, f)| {
+            f.visible && !t.requires_grad && t.kind == gradsleuth_model::capture::TensorKind::Param
+        })
         .map(|(t, _)| t.key)
         .collect();
     if frozen.is_empty() {
@@ -43,13 +47,21 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .collect();
         let m = g.module.and_then(|k| ctx.capture.module(k));
         let what = match m {
-            Some(m) => format!("`{}` ({})", module_name(m), plural(names.len(), "parameter")),
+            Some(m) => format!(
+                "`{}` ({})",
+                module_name(m),
+                plural(names.len(), "parameter")
+            ),
             None => name_list(&names),
         };
         ctx.claim(g.keys.iter().copied());
         let loc = m.and_then(|m| module_assignment(ctx, m));
         let finding = if !held.is_empty() {
-            let opt = ctx.facts.get(held[0]).and_then(|f| f.optimizers.first().copied()).and_then(|o| ctx.capture.optimizer(o));
+            let opt = ctx
+                .facts
+                .get(held[0])
+                .and_then(|f| f.optimizers.first().copied())
+                .and_then(|o| ctx.capture.optimizer(o));
             Finding::new(
                 CHECK.code,
                 CHECK.category,
@@ -77,7 +89,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 CHECK.code,
                 CHECK.category,
                 Severity::Info,
-                format!("{what} {} frozen and left out of the optimizer (deliberate freezing).", if names.len() == 1 { "is" } else { "are" }),
+                format!(
+                    "{what} {} frozen and left out of the optimizer (deliberate freezing).",
+                    if names.len() == 1 { "is" } else { "are" }
+                ),
             )
             .at(loc)
         };
@@ -108,7 +123,11 @@ mod tests {
         let f = with_backbone(false).run(&CHECK);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Info);
-        assert!(f[0].message.contains("`backbone` (2 parameters)"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("`backbone` (2 parameters)"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -90,7 +90,9 @@ pub fn group_by_module(ctx: &Context, keys: &[u64]) -> Vec<Group> {
     let full = |k: u64| total.get(&k).is_some_and(|t| hit.get(&k) == Some(t));
     let mut groups: BTreeMap<Option<u64>, Vec<u64>> = BTreeMap::new();
     for &key in keys {
-        let Some(t) = ctx.facts.rec(key) else { continue };
+        let Some(t) = ctx.facts.rec(key) else {
+            continue;
+        };
         // Climb while the parent is entirely in the set.
         let mut best = t.module.filter(|&m| full(m));
         let mut guard = 0;
@@ -103,12 +105,18 @@ pub fn group_by_module(ctx: &Context, keys: &[u64]) -> Vec<Group> {
         }
         groups.entry(best.or(t.module)).or_default().push(key);
     }
-    groups.into_iter().map(|(module, keys)| Group { module, keys }).collect()
+    groups
+        .into_iter()
+        .map(|(module, keys)| Group { module, keys })
+        .collect()
 }
 
 /// Names of tensors, in capture order.
 pub fn names(ctx: &Context, keys: &[u64]) -> Vec<String> {
-    keys.iter().filter_map(|k| ctx.facts.rec(*k)).map(|t| t.name.clone()).collect()
+    keys.iter()
+        .filter_map(|k| ctx.facts.rec(*k))
+        .map(|t| t.name.clone())
+        .collect()
 }
 
 /// "`fc.weight`, `fc.bias`" (at most 4 named, then "and N more").
@@ -171,7 +179,9 @@ pub fn attr_assignment(ctx: &Context, owner: &ModuleRec, attr: &str) -> Option<L
 }
 
 /// The visible, trainable parameters of the capture that a check may talk about.
-pub fn trainable_params<'a>(ctx: &'a Context<'_>) -> impl Iterator<Item = (&'a TensorRec, &'a crate::facts::TensorFacts)> {
+pub fn trainable_params<'a>(
+    ctx: &'a Context<'_>,
+) -> impl Iterator<Item = (&'a TensorRec, &'a crate::facts::TensorFacts)> {
     ctx.facts
         .iter()
         .filter(|(t, f)| f.visible && t.kind == TensorKind::Param && t.requires_grad && t.is_leaf)
@@ -201,6 +211,8 @@ mod tests {
         assert_eq!(top_attr("layers.0"), "layers");
         assert_eq!(top_attr("fc"), "fc");
         assert_eq!(name_list(&["a".into(), "b".into()]), "`a`, `b`");
-        assert!(name_list(&(0..6).map(|i| i.to_string()).collect::<Vec<_>>()).ends_with("and 2 more"));
+        assert!(
+            name_list(&(0..6).map(|i| i.to_string()).collect::<Vec<_>>()).ends_with("and 2 more")
+        );
     }
 }

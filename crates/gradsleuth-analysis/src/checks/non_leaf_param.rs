@@ -27,7 +27,9 @@ pub fn op_of(node: &str) -> &'static str {
         "AddBackward" => "`+`",
         "SubBackward" => "`-`",
         "DivBackward" => "`/`",
-        "ViewBackward" | "ReshapeAliasBackward" | "UnsafeViewBackward" => "`.view()` / `.reshape()`",
+        "ViewBackward" | "ReshapeAliasBackward" | "UnsafeViewBackward" => {
+            "`.view()` / `.reshape()`"
+        }
         "TBackward" | "TransposeBackward" | "PermuteBackward" => "a transpose/permute",
         "CloneBackward" => "`.clone()`",
         "UnsqueezeBackward" | "SqueezeBackward" => "`.unsqueeze()` / `.squeeze()`",
@@ -42,9 +44,16 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if !(t.requires_grad && !t.is_leaf && f.visible && t.kind == TensorKind::Attribute) {
             continue;
         }
-        let node = t.grad_fn_chain.first().cloned().unwrap_or_else(|| "a grad_fn".into());
+        let node = t
+            .grad_fn_chain
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "a grad_fn".into());
         let op = op_of(&node);
-        let hidden_learns = t.leaf.and_then(|k| ctx.facts.get(k)).is_some_and(|l| l.reached());
+        let hidden_learns = t
+            .leaf
+            .and_then(|k| ctx.facts.get(k))
+            .is_some_and(|l| l.reached());
         let mut chain = vec![format!("`{}` (model attribute, not a leaf)", t.name)];
         chain.extend(t.grad_fn_chain.iter().map(|n| format!("<- {n}")));
         chain.push("<- the real nn.Parameter: gets .grad, held by no optimizer ✗".into());

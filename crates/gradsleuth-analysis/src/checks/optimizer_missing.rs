@@ -22,7 +22,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     }
     let missing: Vec<u64> = trainable_params(ctx)
-        .filter(|(t, f)| f.optimizers.is_empty() && !ctx.is_claimed(t.key) && (f.reached() || f.grad_nonzero()))
+        .filter(|(t, f)| {
+            f.optimizers.is_empty() && !ctx.is_claimed(t.key) && (f.reached() || f.grad_nonzero())
+        })
         .map(|(t, _)| t.key)
         .collect();
     let opt = &ctx.capture.optimizers[0];
@@ -30,11 +32,20 @@ fn run(ctx: &Context) -> Vec<Finding> {
     for g in group_by_module(ctx, &missing) {
         let names = super::names(ctx, &g.keys);
         let what = match g.module.and_then(|m| ctx.capture.module(m)) {
-            Some(m) => format!("`{}` ({})", module_name(m), plural(names.len(), "parameter")),
+            Some(m) => format!(
+                "`{}` ({})",
+                module_name(m),
+                plural(names.len(), "parameter")
+            ),
             None => super::name_list(&names),
         };
         ctx.claim(g.keys.iter().copied());
-        let held = ctx.capture.optimizers.iter().map(|o| o.params.len()).sum::<usize>();
+        let held = ctx
+            .capture
+            .optimizers
+            .iter()
+            .map(|o| o.params.len())
+            .sum::<usize>();
         out.push(
             Finding::new(
                 CHECK.code,
@@ -69,7 +80,11 @@ mod tests {
         s.capture.backwards[0].reached.extend([20, 21]);
         let f = s.run(&CHECK);
         assert_eq!(f.len(), 1);
-        assert!(f[0].message.starts_with("`head` (2 parameters)"), "{}", f[0].message);
+        assert!(
+            f[0].message.starts_with("`head` (2 parameters)"),
+            "{}",
+            f[0].message
+        );
         assert_eq!(f[0].params, vec!["head.weight", "head.bias"]);
     }
 

@@ -26,17 +26,27 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .params
             .iter()
             .copied()
-            .filter(|k| ctx.facts.rec(*k).is_some_and(|t| t.kind == TensorKind::Foreign))
+            .filter(|k| {
+                ctx.facts
+                    .rec(*k)
+                    .is_some_and(|t| t.kind == TensorKind::Foreign)
+            })
             .filter(|k| ctx.facts.get(*k).is_some_and(|f| !f.reached()))
             .collect();
         if stale.is_empty() {
             continue;
         }
-        let stale_shapes: Vec<&Vec<i64>> = stale.iter().filter_map(|k| ctx.facts.rec(*k)).map(|t| &t.shape).collect();
+        let stale_shapes: Vec<&Vec<i64>> = stale
+            .iter()
+            .filter_map(|k| ctx.facts.rec(*k))
+            .map(|t| &t.shape)
+            .collect();
         // Parameters of the model no optimizer holds, shaped like the stale ones: the replacements.
         let missing: Vec<u64> = trainable_params(ctx)
             .filter(|(t, f)| f.optimizers.is_empty() && !ctx.is_claimed(t.key))
-            .filter(|(t, _)| stale_shapes.iter().any(|s| **s == t.shape) || ctx.capture.optimizers.len() == 1)
+            .filter(|(t, _)| {
+                stale_shapes.iter().any(|s| **s == t.shape) || ctx.capture.optimizers.len() == 1
+            })
             .map(|(t, _)| t.key)
             .collect();
         let loc = ctx.locate(o.created_at.as_ref());

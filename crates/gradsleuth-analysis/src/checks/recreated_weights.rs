@@ -42,7 +42,12 @@ fn construction_line(ctx: &Context, call: &Location, class: &str) -> Option<Loca
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
-    for m in ctx.capture.modules.iter().filter(|m| m.kind == ModuleKind::Orphan) {
+    for m in ctx
+        .capture
+        .modules
+        .iter()
+        .filter(|m| m.kind == ModuleKind::Orphan)
+    {
         let keys: Vec<u64> = ctx
             .facts
             .iter()
@@ -107,7 +112,10 @@ mod tests {
         let mut s = healthy(2);
         let file = s.source("class Net(nn.Module):\n    def forward(self, x):\n        h = self.fc(x)\n        proj = nn.Linear(4, 4)\n        return proj(h)\n");
         let m = s.module(5, "Linear", "Linear", Some(1), ModuleKind::Orphan, 2);
-        m.first_call = Some(Location { function: Some("forward".into()), ..Location::new(file, 5) });
+        m.first_call = Some(Location {
+            function: Some("forward".into()),
+            ..Location::new(file, 5)
+        });
         m.instances = 2;
         s.tensor(30, "<forward>.Linear.weight", 5, TensorKind::Orphan);
         let f = s.run(&CHECK);

@@ -37,16 +37,32 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let keys: Vec<u64> = ctx
             .capture
             .optimizer(opt)
-            .map(|o| o.params.iter().copied().filter(|k| ctx.facts.get(*k).is_some_and(|f| f.visible && !f.learns())).collect())
+            .map(|o| {
+                o.params
+                    .iter()
+                    .copied()
+                    .filter(|k| ctx.facts.get(*k).is_some_and(|f| f.visible && !f.learns()))
+                    .collect()
+            })
             .unwrap_or_default();
         ctx.claim(keys.iter().copied());
         let first = ctx.capture.scaler_steps.iter().find(|s| s.optimizer == opt);
-        let scales: Vec<f64> = ctx.capture.scaler_steps.iter().filter(|s| s.optimizer == opt).filter_map(|s| s.scale).collect();
+        let scales: Vec<f64> = ctx
+            .capture
+            .scaler_steps
+            .iter()
+            .filter(|s| s.optimizer == opt)
+            .filter_map(|s| s.scale)
+            .collect();
         let scale_note = match (scales.first(), scales.last()) {
             (Some(a), Some(b)) if scales.len() > 1 => format!(" (the scale fell from {a} to {b})"),
             _ => String::new(),
         };
-        let backward = ctx.capture.backwards.first().and_then(|b| ctx.locate(b.location.as_ref()));
+        let backward = ctx
+            .capture
+            .backwards
+            .first()
+            .and_then(|b| ctx.locate(b.location.as_ref()));
         out.push(
             Finding::new(
                 CHECK.code,

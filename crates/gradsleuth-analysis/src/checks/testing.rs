@@ -33,8 +33,18 @@ impl Scenario {
         self.seq
     }
 
-    pub fn module(&mut self, key: u64, class: &str, name: &str, parent: Option<u64>, kind: ModuleKind, runs: u32) -> &mut ModuleRec {
-        let root = parent.map(|p| self.capture.module(p).and_then(|m| m.root).unwrap_or(p)).or(Some(key));
+    pub fn module(
+        &mut self,
+        key: u64,
+        class: &str,
+        name: &str,
+        parent: Option<u64>,
+        kind: ModuleKind,
+        runs: u32,
+    ) -> &mut ModuleRec {
+        let root = parent
+            .map(|p| self.capture.module(p).and_then(|m| m.root).unwrap_or(p))
+            .or(Some(key));
         self.capture.modules.push(ModuleRec {
             key,
             class: class.into(),
@@ -53,7 +63,13 @@ impl Scenario {
         self.tensor(key, name, module, TensorKind::Param)
     }
 
-    pub fn tensor(&mut self, key: u64, name: &str, module: u64, kind: TensorKind) -> &mut TensorRec {
+    pub fn tensor(
+        &mut self,
+        key: u64,
+        name: &str,
+        module: u64,
+        kind: TensorKind,
+    ) -> &mut TensorRec {
         self.capture.tensors.push(TensorRec {
             key,
             name: name.into(),
@@ -98,7 +114,13 @@ impl Scenario {
     /// An optimizer step: (key, grad norm, weight before, weight after).
     pub fn step(&mut self, opt: u64, rows: &[(u64, Option<f64>, f64, f64)]) -> u64 {
         let seq = self.next();
-        let index = self.capture.steps.iter().filter(|s| s.optimizer == opt).count() as u32 + 1;
+        let index = self
+            .capture
+            .steps
+            .iter()
+            .filter(|s| s.optimizer == opt)
+            .count() as u32
+            + 1;
         self.capture.steps.push(StepRec {
             seq,
             optimizer: opt,
@@ -162,7 +184,10 @@ pub fn healthy(steps: u32) -> Scenario {
     for i in 0..steps {
         s.backward(&[10, 11], &[]);
         let w = 1.0 + f64::from(i);
-        s.step(100, &[(10, Some(0.5), w, w + 0.1), (11, Some(0.2), w, w + 0.1)]);
+        s.step(
+            100,
+            &[(10, Some(0.5), w, w + 0.1), (11, Some(0.2), w, w + 0.1)],
+        );
     }
     s
 }

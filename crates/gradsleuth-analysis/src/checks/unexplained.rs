@@ -26,7 +26,13 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if !f.visible || ctx.is_claimed(t.key) {
             continue;
         }
-        if matches!(f.status, ParamStatus::GradNone | ParamStatus::GradZero | ParamStatus::NotUpdated | ParamStatus::Nan) {
+        if matches!(
+            f.status,
+            ParamStatus::GradNone
+                | ParamStatus::GradZero
+                | ParamStatus::NotUpdated
+                | ParamStatus::Nan
+        ) {
             by_status.entry(f.status).or_default().push(t.key);
         }
     }
@@ -36,7 +42,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
             let names = super::names(ctx, &g.keys);
             let m = g.module.and_then(|k| ctx.capture.module(k));
             let what = match m {
-                Some(m) => format!("`{}` ({})", module_name(m), plural(names.len(), "parameter")),
+                Some(m) => format!(
+                    "`{}` ({})",
+                    module_name(m),
+                    plural(names.len(), "parameter")
+                ),
                 None => super::name_list(&names),
             };
             let (message, fix) = describe(ctx, status, &what, m, &g.keys);

@@ -32,11 +32,16 @@ fn run(ctx: &Context) -> Vec<Finding> {
             continue;
         }
         let Some(owner) = t.module else { continue };
-        groups.entry((owner, top_attr(&t.attr).to_owned())).or_default().push(t.key);
+        groups
+            .entry((owner, top_attr(&t.attr).to_owned()))
+            .or_default()
+            .push(t.key);
     }
     let mut out = Vec::new();
     for ((owner, attr), keys) in groups {
-        let Some(m) = ctx.capture.module(owner) else { continue };
+        let Some(m) = ctx.capture.module(owner) else {
+            continue;
+        };
         let tensors: Vec<_> = keys.iter().filter_map(|k| ctx.facts.rec(*k)).collect();
         let facts: Vec<_> = keys.iter().filter_map(|k| ctx.facts.get(*k)).collect();
         let names: Vec<String> = tensors.iter().map(|t| t.name.clone()).collect();
@@ -47,13 +52,24 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .capture
             .modules
             .iter()
-            .filter(|c| c.parent == Some(owner) && top_attr(&c.attr) == attr && c.kind == gradsleuth_model::capture::ModuleKind::Container)
+            .filter(|c| {
+                c.parent == Some(owner)
+                    && top_attr(&c.attr) == attr
+                    && c.kind == gradsleuth_model::capture::ModuleKind::Container
+            })
             .count();
         let holder = if is_container {
             if modules_inside > 0 {
-                format!("{} kept in the plain container `{}.{attr}`", plural(modules_inside, "module"), module_name(m))
+                format!(
+                    "{} kept in the plain container `{}.{attr}`",
+                    plural(modules_inside, "module"),
+                    module_name(m)
+                )
             } else {
-                format!("tensors kept in the plain container `{}.{attr}`", module_name(m))
+                format!(
+                    "tensors kept in the plain container `{}.{attr}`",
+                    module_name(m)
+                )
             }
         } else {
             format!("the plain tensor attribute `{}.{attr}`", module_name(m))
@@ -71,14 +87,28 @@ fn run(ctx: &Context) -> Vec<Finding> {
             Finding::new(
                 CHECK.code,
                 CHECK.category,
-                if optimized { Severity::Warning } else { Severity::Error },
-                format!("{} in {holder} are not registered: {consequence}.", plural(names.len(), "parameter")),
+                if optimized {
+                    Severity::Warning
+                } else {
+                    Severity::Error
+                },
+                format!(
+                    "{} in {holder} are not registered: {consequence}.",
+                    plural(names.len(), "parameter")
+                ),
             )
             .params(names.clone())
             .at(attr_assignment(ctx, m, &attr))
             .chain([
                 format!("{} used in forward", name_list(&names)),
-                format!("gradient accumulates into .grad ({})", if gets_grad { "observed" } else { "not observed" }),
+                format!(
+                    "gradient accumulates into .grad ({})",
+                    if gets_grad {
+                        "observed"
+                    } else {
+                        "not observed"
+                    }
+                ),
                 "model.parameters() does not list them ✗".into(),
                 "the optimizer never updates them".into(),
             ])
@@ -88,7 +118,12 @@ fn run(ctx: &Context) -> Vec<Finding> {
     out
 }
 
-fn fix_for(ctx: &Context, tensors: &[&gradsleuth_model::capture::TensorRec], attr: &str, modules: bool) -> String {
+fn fix_for(
+    ctx: &Context,
+    tensors: &[&gradsleuth_model::capture::TensorRec],
+    attr: &str,
+    modules: bool,
+) -> String {
     let line = tensors
         .first()
         .and_then(|t| t.module)
@@ -99,9 +134,16 @@ fn fix_for(ctx: &Context, tensors: &[&gradsleuth_model::capture::TensorRec], att
     let rhs = line.split_once('=').map(|(_, r)| r.trim()).unwrap_or("");
     let container = tensors.iter().any(|t| t.kind == TensorKind::Container);
     if !container {
-        return format!("Wrap it: `self.{attr} = nn.Parameter({})`.", if rhs.is_empty() { "..." } else { rhs });
+        return format!(
+            "Wrap it: `self.{attr} = nn.Parameter({})`.",
+            if rhs.is_empty() { "..." } else { rhs }
+        );
     }
-    let is_dict = rhs.starts_with('{') || rhs.starts_with("dict(") || tensors.iter().any(|t| t.name.contains("[\"") || t.name.contains("['"));
+    let is_dict = rhs.starts_with('{')
+        || rhs.starts_with("dict(")
+        || tensors
+            .iter()
+            .any(|t| t.name.contains("[\"") || t.name.contains("['"));
     let wrapper = match (modules, is_dict) {
         (true, true) => "nn.ModuleDict",
         (true, false) => "nn.ModuleList",
@@ -125,8 +167,10 @@ mod tests {
         let mut s = healthy(2);
         let file = s.source("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n        self.heads = [nn.Linear(4, 2) for _ in range(3)]\n");
         s.capture.modules[0].class_def = Some(gradsleuth_model::Location::new(file, 1));
-        s.module(3, "Linear", "heads[0]", Some(1), ModuleKind::Container, 2).attr = "heads[0]".into();
-        s.tensor(20, "heads[0].weight", 1, TensorKind::Container).attr = "heads[0].weight".into();
+        s.module(3, "Linear", "heads[0]", Some(1), ModuleKind::Container, 2)
+            .attr = "heads[0]".into();
+        s.tensor(20, "heads[0].weight", 1, TensorKind::Container)
+            .attr = "heads[0].weight".into();
         s.tensor(21, "heads[0].bias", 1, TensorKind::Container).attr = "heads[0].bias".into();
         s.capture.backwards[0].reached.extend([20, 21]);
         if optimized {
@@ -142,7 +186,11 @@ mod tests {
         assert_eq!(f[0].severity, Severity::Error);
         assert_eq!(f[0].params, vec!["heads[0].weight", "heads[0].bias"]);
         assert_eq!(f[0].location.as_ref().unwrap().line, 5);
-        assert!(f[0].fix.as_ref().unwrap().contains("nn.ModuleList([nn.Linear(4, 2) for _ in range(3)])"));
+        assert!(f[0]
+            .fix
+            .as_ref()
+            .unwrap()
+            .contains("nn.ModuleList([nn.Linear(4, 2) for _ in range(3)])"));
     }
 
     #[test]

@@ -23,7 +23,9 @@ pub const CHECK: Check = Check {
 };
 
 fn root_runs(ctx: &Context, m: &ModuleRec) -> u32 {
-    m.root.and_then(|r| ctx.capture.module(r)).map_or(0, |r| r.runs)
+    m.root
+        .and_then(|r| ctx.capture.module(r))
+        .map_or(0, |r| r.runs)
 }
 
 /// The highest ancestor of `m` (inside its root) that never ran.
@@ -53,7 +55,9 @@ fn class_reads(ctx: &Context, owner: &ModuleRec, attr: &str) -> Option<bool> {
         while let Some(p) = l[from..].find(&needle) {
             let at = from + p + needle.len();
             let next = l[at..].chars().next();
-            if !next.is_some_and(|c| c.is_alphanumeric() || c == '_') && !gradsleuth_source::assigns_attr(l, attr) {
+            if !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && !gradsleuth_source::assigns_attr(l, attr)
+            {
                 return true;
             }
             from = at;
@@ -74,21 +78,35 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if ctx.is_claimed(t.key) {
             continue;
         }
-        let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) else { continue };
+        let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) else {
+            continue;
+        };
         let total = root_runs(ctx, m);
         if total == 0 {
             continue;
         }
         if m.runs == 0 && !f.reached() {
-            never.entry(top_not_run(ctx, m).key).or_default().push(t.key);
+            never
+                .entry(top_not_run(ctx, m).key)
+                .or_default()
+                .push(t.key);
         } else if m.runs < total && m.runs > 0 && m.key != m.root.unwrap_or(0) {
             sometimes.entry(m.key).or_default().push(t.key);
-        } else if m.runs > 0 && !f.reached() && !f.grad_nonzero() && class_reads(ctx, m, &t.attr) == Some(false) {
-            unread.entry((m.key, t.attr.clone())).or_default().push(t.key);
+        } else if m.runs > 0
+            && !f.reached()
+            && !f.grad_nonzero()
+            && class_reads(ctx, m, &t.attr) == Some(false)
+        {
+            unread
+                .entry((m.key, t.attr.clone()))
+                .or_default()
+                .push(t.key);
         }
     }
     for (mk, keys) in never {
-        let Some(m) = ctx.capture.module(mk) else { continue };
+        let Some(m) = ctx.capture.module(mk) else {
+            continue;
+        };
         let root = m.root.and_then(|r| ctx.capture.module(r));
         let names = super::names(ctx, &keys);
         let total = root_runs(ctx, m);
@@ -122,7 +140,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
         );
     }
     for (mk, keys) in sometimes {
-        let Some(m) = ctx.capture.module(mk) else { continue };
+        let Some(m) = ctx.capture.module(mk) else {
+            continue;
+        };
         let names = super::names(ctx, &keys);
         let total = root_runs(ctx, m);
         ctx.claim(keys.iter().copied());
@@ -139,7 +159,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
         );
     }
     for ((mk, attr), keys) in unread {
-        let Some(m) = ctx.capture.module(mk) else { continue };
+        let Some(m) = ctx.capture.module(mk) else {
+            continue;
+        };
         let names = super::names(ctx, &keys);
         ctx.claim(keys.iter().copied());
         out.push(
@@ -175,7 +197,11 @@ mod tests {
         s.capture.optimizers[0].params.extend([20, 21]);
         let f = s.run(&CHECK);
         assert_eq!(f.len(), 1);
-        assert!(f[0].message.contains("never ran in the 3 observed"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("never ran in the 3 observed"),
+            "{}",
+            f[0].message
+        );
         assert_eq!(f[0].location.as_ref().unwrap().line, 5);
     }
 

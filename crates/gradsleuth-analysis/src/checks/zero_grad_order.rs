@@ -2,7 +2,7 @@
 
 use gradsleuth_model::{Category, Finding, Severity};
 
-use super::{Check, plural};
+use super::{plural, Check};
 use crate::Context;
 
 pub const CHECK: Check = Check {
@@ -22,11 +22,24 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut reported_opts = std::collections::HashSet::new();
     for (i, step) in cap.steps.iter().enumerate() {
-        let prev = cap.steps[..i].iter().rev().find(|s| s.optimizer == step.optimizer).map_or(0, |s| s.seq);
-        let Some(last_bw) = cap.backwards.iter().filter(|b| b.seq > prev && b.seq < step.seq).next_back() else {
+        let prev = cap.steps[..i]
+            .iter()
+            .rev()
+            .find(|s| s.optimizer == step.optimizer)
+            .map_or(0, |s| s.seq);
+        let Some(last_bw) = cap
+            .backwards
+            .iter()
+            .filter(|b| b.seq > prev && b.seq < step.seq)
+            .next_back()
+        else {
             continue;
         };
-        let Some(zg) = cap.zero_grads.iter().find(|z| z.seq > last_bw.seq && z.seq < step.seq) else {
+        let Some(zg) = cap
+            .zero_grads
+            .iter()
+            .find(|z| z.seq > last_bw.seq && z.seq < step.seq)
+        else {
             continue;
         };
         let reached: Vec<u64> = cap
@@ -44,7 +57,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if lost.is_empty() || !reported_opts.insert(step.optimizer) {
             continue;
         }
-        let keys: Vec<u64> = lost.into_iter().filter(|k| ctx.facts.get(*k).is_some_and(|f| f.visible && !f.learns())).collect();
+        let keys: Vec<u64> = lost
+            .into_iter()
+            .filter(|k| ctx.facts.get(*k).is_some_and(|f| f.visible && !f.learns()))
+            .collect();
         if keys.is_empty() {
             continue;
         }
@@ -55,7 +71,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .map(|s| s.index)
             .collect();
         ctx.claim(keys.iter().copied());
-        let target = if zg.target == "module" { "model.zero_grad()" } else { "optimizer.zero_grad()" };
+        let target = if zg.target == "module" {
+            "model.zero_grad()"
+        } else {
+            "optimizer.zero_grad()"
+        };
         out.push(
             Finding::new(
                 CHECK.code,

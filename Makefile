@@ -1,0 +1,46 @@
+# gradsleuth: every target does its own set-up on a fresh machine (.venv, pinned deps, build).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP_DEPS := $(VENV)/.deps-stamp
+STAMP_BUILD := $(VENV)/.build-stamp
+RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.toml' -o -name '*.py' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
+
+.PHONY: demo test build bench lint fmt clean
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+$(STAMP_DEPS): requirements-dev.txt | $(VPY)
+	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+# Release build of the extension, installed into .venv (editable: python/ is used in place).
+$(STAMP_BUILD): $(STAMP_DEPS) $(RUST_SRC)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
+	touch $@
+
+build: $(STAMP_BUILD)
+
+demo: build
+	$(VENV)/bin/gradsleuth demo
+
+test: build
+	cargo test --workspace -q
+	$(VPY) -m pytest -q tests
+
+bench: build
+	$(VPY) bench/run.py
+
+lint: build
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -q -- -D warnings
+	$(VENV)/bin/ruff check python tests bench
+
+fmt:
+	cargo fmt --all
+	$(VENV)/bin/ruff check --fix python tests bench || true
+
+clean:
+	rm -rf target $(VENV)

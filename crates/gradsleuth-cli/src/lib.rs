@@ -1,0 +1,136 @@
+//! The `gradsleuth` command line.
+//!
+//! [`main`] takes the argument vector and returns the process exit code; it never panics
+//! on bad input and never prints a Rust backtrace. The Python package's console script calls
+//! it through `gradsleuth._core.cli_main`, so one `pip install .` gives the command.
+//!
+//! Exit codes: `0` nothing at or above `--fail-on`; `1` findings at or above `--fail-on`;
+//! `2` usage errors and unreadable input; for `run`, the script's own code when it failed.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use gradsleuth_model::{Report, Severity};
+
+pub mod cmd;
+
+#[derive(Parser, Debug)]
+#[command(name = "gradsleuth", version, about = "Finds why PyTorch parameters do not learn, down to the line.", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a training script unmodified, watch its first steps, print the diagnosis.
+    Run(cmd::run::RunArgs),
+    /// Re-render a capture saved with `run --save-capture` (no Python needed).
+    Report(cmd::report::ReportArgs),
+    /// Run the built-in demo: a realistic training script with silent bugs.
+    Demo(cmd::demo::DemoArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum FailOn {
+    Error,
+    Warning,
+    Never,
+}
+
+/// Options shared by every command that prints a report.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Output {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Write the report to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Exit 1 when findings at or above this severity exist.
+    #[arg(long, value_enum, default_value_t = FailOn::Error)]
+    pub fail_on: FailOn,
+    /// List every parameter in the text report, learning ones too.
+    #[arg(long)]
+    pub all_params: bool,
+}
+
+/// An error a user can act on; printed as `gradsleuth: error: ...`, exit 2.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+impl Output {
+    /// Renders and writes the report; returns the exit code its findings call for.
+    pub fn emit(&self, report: &Report) -> Result<i32, CliError> {
+        let text = match self.format {
+            Format::Json => gradsleuth_render::json(report),
+            Format::Text => {
+                let color = self.out.is_none()
+                    && std::io::stdout().is_terminal()
+                    && std::env::var_os("NO_COLOR").is_none();
+                gradsleuth_render::text(
+                    report,
+                    gradsleuth_render::TextOptions {
+                        color,
+                        all_params: self.all_params,
+                    },
+                )
+            }
+        };
+        match &self.out {
+            Some(path) => std::fs::write(path, text)
+                .map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))?,
+            None => {
+                let mut out = anstream::stdout();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+        }
+        Ok(self.exit_code(report))
+    }
+
+    pub fn exit_code(&self, report: &Report) -> i32 {
+        let threshold = match self.fail_on {
+            FailOn::Error => Severity::Error,
+            FailOn::Warning => Severity::Warning,
+            FailOn::Never => return 0,
+        };
+        i32::from(report.worst().is_some_and(|w| w >= threshold))
+    }
+}
+
+/// Runs the CLI on `args` (including the program name) and returns the exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gradsleuth: error: {e}");
+            2
+        }
+    }
+}

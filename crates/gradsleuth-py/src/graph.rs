@@ -1,0 +1,93 @@
+//! Graph walks over live autograd nodes (`grad_fn` objects).
+
+use gradsleuth_graph::{walk as walk_graph, GraphSource};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+/// Reads nodes through `next_functions` and `AccumulateGrad.variable`.
+struct Live<'py> {
+    py: Python<'py>,
+}
+
+impl<'py> GraphSource for Live<'py> {
+    type Node = Bound<'py, PyAny>;
+    type Id = usize;
+    type Error = PyErr;
+
+    fn id(&self, node: &Self::Node) -> usize {
+        node.as_ptr() as usize
+    }
+
+    fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>) -> PyResult<()> {
+        let next = match node.getattr(pyo3::intern!(self.py, "next_functions")) {
+            Ok(n) => n,
+            Err(_) => return Ok(()),
+        };
+        let next = next.cast_into::<PyTuple>().map_err(PyErr::from)?;
+        for edge in next.iter() {
+            let edge = edge.cast_into::<PyTuple>().map_err(PyErr::from)?;
+            let child = edge.get_item(0)?;
+            if !child.is_none() {
+                out.push(child);
+            }
+        }
+        Ok(())
+    }
+
+    fn leaf(&mut self, node: &Self::Node) -> PyResult<Option<u64>> {
+        match node.getattr(pyo3::intern!(self.py, "variable")) {
+            Ok(v) => Ok(Some(v.as_ptr() as u64)),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// Walks the graph from `grad_fn` (or a list of them), at most `budget` nodes. Returns
+/// `{"nodes", "edges", "leaves": [id(tensor), ...], "truncated"}`.
+#[pyfunction]
+#[pyo3(signature = (roots, budget=10_000_000))]
+pub fn walk<'py>(
+    py: Python<'py>,
+    roots: Bound<'py, PyAny>,
+    budget: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let roots: Vec<Bound<'py, PyAny>> =
+        if roots.is_instance_of::<pyo3::types::PyList>() || roots.is_instance_of::<PyTuple>() {
+            roots.try_iter()?.collect::<PyResult<_>>()?
+        } else {
+            vec![roots]
+        };
+    let roots: Vec<_> = roots.into_iter().filter(|r| !r.is_none()).collect();
+    let w = walk_graph(&mut Live { py }, roots, budget)?;
+    let d = PyDict::new(py);
+    d.set_item("nodes", w.nodes)?;
+    d.set_item("edges", w.edges)?;
+    d.set_item("leaves", w.leaves)?;
+    d.set_item("truncated", w.truncated)?;
+    Ok(d)
+}
+
+/// Names of the nodes from `grad_fn` down its first inputs to the leaf it came from
+/// (`["ToCopyBackward0", "AccumulateGrad"]`), at most `limit` long.
+#[pyfunction]
+#[pyo3(signature = (grad_fn, limit=16))]
+pub fn grad_fn_chain(
+    py: Python<'_>,
+    grad_fn: Bound<'_, PyAny>,
+    limit: usize,
+) -> PyResult<Vec<String>> {
+    let mut out = Vec::new();
+    let mut node = grad_fn;
+    let mut src = Live { py };
+    let mut kids = Vec::new();
+    while !node.is_none() && out.len() < limit {
+        out.push(node.get_type().name()?.to_string());
+        kids.clear();
+        src.children(&node, &mut kids)?;
+        match kids.drain(..).next() {
+            Some(k) => node = k,
+            None => break,
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,168 @@
+"""Bootstrap of `gradsleuth run`: `python -m gradsleuth._run [-- SCRIPT | -m MODULE] ARGS...`.
+
+Runs the user's script as `python SCRIPT ARGS` would (`sys.argv`, `__main__`, `sys.path[0]`),
+with the tracer installed first. The capture goes to `$GRADSLEUTH_CAPTURE` when observation
+ends and again when the script ends (with its exception, if any). The script's traceback is
+printed as Python would print it, without gradsleuth's or runpy's frames.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+import types
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _ours(frame) -> bool:
+    fn = frame.f_code.co_filename
+    return fn.startswith(_OWN_DIR) or fn == runpy.__file__ or fn.startswith("<frozen runpy")
+
+
+def clean_traceback(tb):
+    """The traceback without gradsleuth's and runpy's frames (rebuilt, never mutated)."""
+    frames = []
+    while tb is not None:
+        if not _ours(tb.tb_frame):
+            frames.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(frames):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _print_exception(e: BaseException):
+    e.__traceback__ = clean_traceback(e.__traceback__)
+    traceback.print_exception(type(e), e, e.__traceback__)
+
+
+def _error_site(e: BaseException):
+    from gradsleuth._tracer import user_frame  # noqa: F401 - only when torch is there
+
+    site = (None, None, None)
+    tb = e.__traceback__
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith(_OWN_DIR) and "site-packages" not in fn and not fn.startswith("<"):
+            code = tb.tb_frame.f_code
+            site = (os.path.abspath(fn), tb.tb_lineno, getattr(code, "co_qualname", code.co_name))
+        tb = tb.tb_next
+    if isinstance(e, SyntaxError) and e.filename and e.lineno:
+        site = (os.path.abspath(e.filename), e.lineno, None)
+    return site
+
+
+def main(argv: list[str]) -> int:
+    capture_path = os.environ.pop("GRADSLEUTH_CAPTURE", None)
+    steps = int(os.environ.pop("GRADSLEUTH_STEPS", "3") or 3)
+    stop_after = os.environ.pop("GRADSLEUTH_STOP_AFTER", "0") == "1"
+    module = None
+    if argv[:1] == ["-m"] and len(argv) > 1:
+        module, args = argv[1], argv[2:]
+        script = None
+    else:
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        if not argv:
+            print("gradsleuth: error: nothing to run", file=sys.stderr)
+            return 2
+        script, args = argv[0], argv[1:]
+
+    from gradsleuth._core import Recorder
+
+    rec = Recorder("run", steps, script or f"-m {module}", args)
+
+    def save():
+        if capture_path:
+            try:
+                rec.save(capture_path)
+            except OSError as e:
+                print(f"gradsleuth: cannot save the capture: {e}", file=sys.stderr)
+
+    code_obj = None
+    if script is not None:
+        try:
+            with open(script, "rb") as f:
+                source = f.read()
+            code_obj = compile(source, script, "exec", dont_inherit=True)
+        except SyntaxError as e:
+            traceback.print_exception(type(e), e, None)
+            rec.set_error(type(e).__name__, str(e.msg), _error_site(e))
+            save()
+            return 1
+        except OSError as e:
+            print(f"gradsleuth: error: cannot read {script}: {e}", file=sys.stderr)
+            return 2
+
+    tracer = None
+    try:
+        import torch  # noqa: F401 - installs the tracer's hooks before the script imports it
+
+        from gradsleuth._tracer import Tracer
+
+        def on_done(_t):
+            save()
+            if stop_after:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+
+        tracer = Tracer(rec, steps, on_done=on_done).start()
+    except ImportError as e:
+        rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
+
+    code = 0
+    try:
+        if module is not None:
+            sys.argv = [module, *args]
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [script, *args]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            main_mod = types.ModuleType("__main__")
+            main_mod.__file__ = script
+            main_mod.__builtins__ = __builtins__
+            main_mod.__loader__ = None
+            main_mod.__spec__ = None
+            old_main = sys.modules.get("__main__")
+            sys.modules["__main__"] = main_mod
+            try:
+                exec(code_obj, main_mod.__dict__)
+            finally:
+                # Keep the user's __main__ importable for pickling until the end.
+                if old_main is not None and sys.modules.get("__main__") is not main_mod:
+                    sys.modules["__main__"] = main_mod
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt as e:
+        _print_exception(e)
+        rec.set_error("KeyboardInterrupt", "", (None, None, None))
+        code = 130
+    except BaseException as e:  # noqa: BLE001 - the script's own exception, reported as Python would
+        site = _error_site(e)
+        _print_exception(e)
+        rec.set_error(type(e).__name__, str(e), site)
+        code = 1
+    finally:
+        if tracer is not None and not tracer.done:
+            tracer.on_done = None
+            tracer.finish()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        save()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

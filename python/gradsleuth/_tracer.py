@@ -1,0 +1,634 @@
+"""The tracer: hooks into torch through public APIs and forwards what it sees to the Rust
+`Recorder`. It decides nothing: analysis, classification and rendering happen in Rust.
+
+Hooks (all removed by `finish()`):
+- global module forward pre/post hooks: model roots, which modules ran, with grad mode;
+- `register_post_accumulate_grad_hook` on every parameter-like leaf: which tensors a
+  backward reached, without walking the graph;
+- global optimizer step pre/post hooks: gradient and weight norms around each step, one
+  fused `_foreach_norm` per list;
+- wrappers of `torch.autograd.backward`/`grad`, `Optimizer.__init__`/`zero_grad`,
+  `Module.zero_grad` and `GradScaler.step`, for the user's source lines.
+
+Identities are integer keys (`id()` is reused by Python); the tracer keeps only weak
+references to tensors, modules and optimizers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import weakref
+
+import torch
+from torch import nn
+
+from gradsleuth._core import NORM_INF, NORM_NAN
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SKIP_PREFIXES = (_TORCH_DIR, _OWN_DIR, "<frozen")
+_SKIP_FILES = {"runpy.py", "contextlib.py", "functools.py"}
+
+
+def user_frame(frame):
+    """The innermost frame of the user's code, skipping torch, gradsleuth and runpy."""
+    f = frame
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP_PREFIXES) and os.path.basename(fn) not in _SKIP_FILES:
+            return f
+        f = f.f_back
+    return None
+
+
+def site_of(frame):
+    f = user_frame(frame)
+    if f is None:
+        return (None, None, None)
+    code = f.f_code
+    return (os.path.abspath(code.co_filename), f.f_lineno, getattr(code, "co_qualname", code.co_name))
+
+
+def _encode(x: float) -> float:
+    if math.isnan(x):
+        return NORM_NAN
+    if math.isinf(x):
+        return NORM_INF
+    return x
+
+
+def norms(tensors) -> list[float]:
+    """Norms of `tensors` with one fused reduction (per device/dtype group inside torch)."""
+    if not tensors:
+        return []
+    with torch.no_grad():
+        try:
+            ns = torch._foreach_norm(tensors)
+            vals = torch.stack([n.to(torch.float64, copy=False).cpu() for n in ns]).tolist()
+        except (RuntimeError, TypeError, NotImplementedError):
+            vals = [float(t.detach().double().norm()) if not t.is_sparse else float(t.coalesce().values().norm()) for t in tensors]
+    return [_encode(v) for v in vals]
+
+
+_class_defs: dict = {}
+
+
+def class_def(cls):
+    """(file, line, qualname) of a user-defined class; None fields for torch's own."""
+    if cls in _class_defs:
+        return _class_defs[cls]
+    out = (None, None, None)
+    mod = sys.modules.get(cls.__module__)
+    file = getattr(mod, "__file__", None)
+    if file and not os.path.abspath(file).startswith(_TORCH_DIR):
+        try:
+            import inspect
+
+            _, line = inspect.findsource(cls)
+            out = (os.path.abspath(file), line + 1, cls.__qualname__)
+        except (OSError, TypeError, IndexError):
+            pass
+    _class_defs[cls] = out
+    return out
+
+
+def forward_def(cls):
+    fwd = getattr(cls, "forward", None)
+    code = getattr(fwd, "__code__", None)
+    if code is None or code.co_filename.startswith(_TORCH_DIR):
+        return (None, None, None)
+    return (os.path.abspath(code.co_filename), code.co_firstlineno, getattr(code, "co_qualname", code.co_name))
+
+
+class Tracer:
+    """Observes the first `steps` training steps, then removes every hook.
+
+    `on_done` is called once observation is complete (the `run` bootstrap uses it to save
+    the capture and, with --stop-after, to end the script).
+    """
+
+    def __init__(self, recorder, steps: int = 3, on_done=None):
+        self.rec = recorder
+        self.steps = max(1, int(steps))
+        self.on_done = on_done
+        self.active = False
+        self.done = False
+        self._handles: list = []
+        self._patches: list = []
+        self._keys: dict[int, int] = {}
+        self._objs: dict[int, weakref.ref] = {}
+        self._next_key = 0
+        self._roots: dict[int, weakref.ref] = {}
+        self._root_names: dict[int, str] = {}
+        self._known_modules: set[int] = set()
+        self._hooked: set[int] = set()
+        self._depth = 0
+        self._root_call = 0
+        self._last_call: dict[int, int] = {}
+        self._module_stack: list[int] = []
+        self._orphans: dict[tuple, int] = {}
+        self._orphan_objs: dict[int, list] = {}
+        self._optimizers: dict[int, weakref.ref] = {}
+        self._opt_sites: dict[int, tuple] = {}
+        self._opt_keys_held: set[int] = set()
+        self._opt_steps: dict[int, int] = {}
+        self._steps_seen: dict[int, int] = {}
+        self._weights_after: dict[int, dict[int, float]] = {}
+        self._backward_depth = 0
+        self._backwards = 0
+        self._scaler_depth = 0
+
+    # ---- identities -------------------------------------------------------------------
+    def key(self, obj) -> int:
+        i = id(obj)
+        k = self._keys.get(i)
+        if k is not None:
+            ref = self._objs.get(k)
+            if ref is not None and ref() is obj:
+                return k
+        self._next_key += 1
+        k = self._next_key
+        self._keys[i] = k
+        try:
+            self._objs[k] = weakref.ref(obj)
+        except TypeError:
+            pass
+        return k
+
+    def obj(self, key: int):
+        ref = self._objs.get(key)
+        return ref() if ref is not None else None
+
+    # ---- start / finish ---------------------------------------------------------------
+    def start(self):
+        if self.active or self.done:
+            return self
+        self.active = True
+        self.rec.set_env(torch.__version__, sys.version.split()[0], "cpu")
+        from torch.nn.modules import module as module_mod
+        from torch.optim import optimizer as optim_mod
+
+        self._handles.append(module_mod.register_module_forward_pre_hook(self._forward_pre))
+        self._handles.append(module_mod.register_module_forward_hook(self._forward_post, always_call=True))
+        self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._step_pre))
+        self._handles.append(optim_mod.register_optimizer_step_post_hook(self._step_post))
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "grad", self._wrap_grad)
+        self._patch(torch.optim.Optimizer, "__init__", self._wrap_opt_init)
+        self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad("optimizer"))
+        self._patch(nn.Module, "zero_grad", self._wrap_zero_grad("module"))
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:
+            self._patch(scaler, "step", self._wrap_scaler_step)
+        return self
+
+    def _patch(self, owner, name, make):
+        original = owner.__dict__.get(name, getattr(owner, name, None))
+        if original is None:
+            return
+        wrapped = make(original)
+        try:
+            wrapped.__wrapped__ = original
+            wrapped.__name__ = getattr(original, "__name__", name)
+            wrapped.__doc__ = getattr(original, "__doc__", None)
+        except (AttributeError, TypeError):
+            pass
+        setattr(owner, name, wrapped)
+        self._patches.append((owner, name, original))
+
+    def finish(self):
+        """Removes every hook and patch and completes the capture. Safe to call twice."""
+        if self.done:
+            return
+        self.done = True
+        self.active = False
+        for h in self._handles:
+            try:
+                h.remove()
+            except Exception:  # noqa: BLE001 - removing a hook must never break the script
+                pass
+        self._handles.clear()
+        for owner, name, original in reversed(self._patches):
+            setattr(owner, name, original)
+        self._patches.clear()
+        try:
+            self._final_scan()
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"final scan failed: {type(e).__name__}: {e}")
+        if self.on_done is not None:
+            self.on_done(self)
+
+    def _check_done(self):
+        if self.done:
+            return
+        if self._opt_steps:
+            if min(self._opt_steps.values()) >= self.steps:
+                self.finish()
+        elif not self._optimizers and self._backwards >= self.steps:
+            self.finish()
+        elif self._backwards >= self.steps * 64:
+            self.rec.note("observation ended after many backward calls without a completed optimizer step")
+            self.finish()
+
+    # ---- module hooks -----------------------------------------------------------------
+    def _forward_pre(self, module, args):
+        if not self.active:
+            return None
+        try:
+            key = self.key(module)
+            if self._depth == 0:
+                self._root_call += 1
+                self.rec.root_call()
+                if key not in self._roots:
+                    self.add_root(module, frame=sys._getframe(1))
+            elif key not in self._known_modules:
+                self._orphan(module, key)
+            self._depth += 1
+            self._module_stack.append(key)
+            if self._last_call.get(key) != self._root_call:
+                self._last_call[key] = self._root_call
+                self.rec.module_ran(key, torch.is_grad_enabled())
+        except Exception as e:  # noqa: BLE001 - never break the user's forward
+            self.rec.note(f"forward hook: {type(e).__name__}: {e}")
+        return None
+
+    def _forward_post(self, module, args, output):
+        if self._depth > 0 and self._module_stack:
+            self._depth -= 1
+            self._module_stack.pop()
+        return None
+
+    def _orphan(self, module, key):
+        """A module running inside a model's forward that belongs to no scanned model."""
+        site = site_of(sys._getframe(2))
+        site_key = (type(module), site[0], site[1])
+        okey = self._orphans.get(site_key)
+        parent = self._module_stack[-1] if self._module_stack else None
+        new_instance = True
+        if okey is None:
+            okey = key
+            self._orphans[site_key] = okey
+            self.rec.module(okey, type(module).__name__, None, f"<{type(module).__name__} built in forward>",
+                            parent, "", "orphan", class_def(type(module)), forward_def(type(module)))
+            prefix = f"{type(module).__name__}@{os.path.basename(site[0] or '?')}:{site[1]}"
+            for name, p in module.named_parameters():
+                tkey = self.key(p)
+                self.rec.tensor(tkey, f"{prefix}.{name}", "orphan", okey, name, list(p.shape), str(p.dtype).replace("torch.", ""),
+                                p.requires_grad, p.is_leaf, True)
+        self._orphan_objs.setdefault(okey, []).append(weakref.ref(module))
+        self._known_modules.add(key)
+        self._known_modules.add(id(module))
+        if okey != key:
+            # Later instances: count them, and let their runs count for the first record.
+            self._keys[id(module)] = okey
+            self._objs[okey] = weakref.ref(module)
+        self.rec.orphan_call(okey, site, new_instance)
+
+    # ---- model scan -------------------------------------------------------------------
+    def add_root(self, module, name=None, frame=None):
+        key = self.key(module)
+        if name is None:
+            name = _variable_name(module, frame) or type(module).__name__.lower()
+        self._roots[key] = weakref.ref(module)
+        self._root_names[key] = name
+        self._scan(module, key, prefix="", hook=True)
+
+    def _scan(self, root, rkey, prefix, hook):
+        rec = self.rec
+        names: dict[int, str] = {}
+        owner_of: dict[int, int] = {}
+        for mname, m in root.named_modules(remove_duplicate=True):
+            mkey = self.key(m)
+            names[id(m)] = mname
+            self._known_modules.add(mkey)
+            parent_name, _, attr = mname.rpartition(".")
+            parent = None if m is root else self.key(root.get_submodule(parent_name)) if parent_name else rkey
+            rec.module(mkey, type(m).__name__, rkey, (prefix + mname) if mname else self._root_names.get(rkey, ""),
+                       parent, attr, "root" if m is root else "registered", class_def(type(m)), forward_def(type(m)))
+            for pname, p in m._parameters.items():
+                if p is not None and id(p) not in owner_of:
+                    owner_of[id(p)] = mkey
+        for pname, p in root.named_parameters():
+            tkey = self.key(p)
+            attr = pname.rpartition(".")[2]
+            self._tensor(p, tkey, prefix + pname, "param", owner_of.get(id(p)), attr, hook)
+        for mname, m in root.named_modules(remove_duplicate=True):
+            mkey = self.key(m)
+            for bname, b in m._buffers.items():
+                if b is not None and (b.requires_grad or isinstance(b, nn.Parameter)):
+                    qual = f"{mname}.{bname}" if mname else bname
+                    self._tensor(b, self.key(b), prefix + qual, "buffer", mkey, bname, hook)
+            self._scan_attributes(m, mkey, rkey, prefix + (mname + "." if mname else ""), names, hook)
+
+    def _scan_attributes(self, m, mkey, rkey, qual, names, hook):
+        for attr, value in vars(m).items():
+            if attr.startswith("_") or attr == "training":
+                continue
+            if isinstance(value, torch.Tensor):
+                if value.requires_grad:
+                    self._attribute_tensor(value, mkey, qual + attr, attr, hook)
+            elif isinstance(value, (list, tuple, dict)):
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for i, item in list(items)[:1000]:
+                    label = f"{attr}[{i!r}]" if isinstance(value, dict) else f"{attr}[{i}]"
+                    if isinstance(item, nn.Module):
+                        if id(item) in names:
+                            continue  # an alias of a registered module
+                        self._container_module(item, mkey, rkey, qual + label, label, hook)
+                    elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf:
+                        self._tensor(item, self.key(item), qual + label, "container", mkey, label, hook)
+
+    def _container_module(self, cm, owner, rkey, qual, label, hook):
+        for sub_name, sub in cm.named_modules():
+            skey = self.key(sub)
+            self._known_modules.add(skey)
+            self.rec.module(skey, type(sub).__name__, rkey, qual + ("." + sub_name if sub_name else ""),
+                            owner if sub is cm else self.key(cm), label if sub is cm else sub_name, "container",
+                            class_def(type(sub)), forward_def(type(sub)))
+        for pname, p in cm.named_parameters():
+            self._tensor(p, self.key(p), f"{qual}.{pname}", "container", owner, f"{label}.{pname}", hook)
+
+    def _attribute_tensor(self, t, mkey, qual, attr, hook):
+        if t.is_leaf:
+            self._tensor(t, self.key(t), qual, "attribute", mkey, attr, hook)
+            return
+        from gradsleuth._core import grad_fn_chain
+
+        chain = grad_fn_chain(t.grad_fn) if t.grad_fn is not None else []
+        leaf = _leaf_behind(t)
+        leaf_key = None
+        if leaf is not None:
+            leaf_key = self.key(leaf)
+            self._tensor(leaf, leaf_key, qual + " (hidden leaf)", "hidden", mkey, attr, hook)
+        self.rec.tensor(self.key(t), qual, "attribute", mkey, attr, list(t.shape), _dtype(t), t.requires_grad, False,
+                        isinstance(t, nn.Parameter), chain, leaf_key)
+
+    def _tensor(self, t, tkey, name, kind, module, attr, hook):
+        self.rec.tensor(tkey, name, kind, module, attr, list(t.shape), _dtype(t), t.requires_grad, t.is_leaf,
+                        isinstance(t, nn.Parameter))
+        if hook and t.requires_grad and t.is_leaf and tkey not in self._hooked:
+            self._hooked.add(tkey)
+            rec = self.rec
+
+            def reached(_t, _key=tkey):
+                rec.reached(_key)
+
+            try:
+                self._handles.append(t.register_post_accumulate_grad_hook(reached))
+            except RuntimeError as e:
+                self.rec.note(f"cannot hook {name}: {e}")
+
+    def _final_scan(self):
+        roots = [(k, r()) for k, r in self._roots.items()]
+        roots = [(k, m) for k, m in roots if m is not None]
+        # Orphans still alive and seen once are models in their own right (a teacher called
+        # inside a student's forward); rebuilt ones stay orphans.
+        for okey, refs in self._orphan_objs.items():
+            alive = [r() for r in refs if r() is not None]
+            if len(refs) == 1 and alive:
+                m = alive[0]
+                self._roots[okey] = weakref.ref(m)
+                self._root_names[okey] = type(m).__name__.lower()
+                roots.append((okey, m))
+        # A root inside another root's tree is not a model of its own.
+        trees = {k: {id(x) for x in m.modules()} for k, m in roots}
+        tops = [(k, m) for k, m in roots if not any(k2 != k and id(m) in trees[k2] for k2, _ in roots)]
+        tops.sort(key=lambda km: len(trees[km[0]]))
+        multi = len(tops) > 1
+        for k, m in tops:
+            self._scan(m, k, prefix=(self._root_names[k] + ".") if multi else "", hook=False)
+        for okey, ref in self._optimizers.items():
+            opt = ref()
+            if opt is not None:
+                self._register_optimizer(opt, okey)
+
+    # ---- optimizers -------------------------------------------------------------------
+    def _wrap_opt_init(self, original):
+        tracer = self
+
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if tracer.active:
+                try:
+                    okey = tracer.key(self)
+                    tracer._optimizers[okey] = weakref.ref(self)
+                    tracer._opt_sites[okey] = site_of(sys._getframe(1))
+                except Exception as e:  # noqa: BLE001
+                    tracer.rec.note(f"optimizer init: {e}")
+
+        return __init__
+
+    def add_optimizer(self, opt, frame=None):
+        okey = self.key(opt)
+        self._optimizers[okey] = weakref.ref(opt)
+        self._opt_sites[okey] = site_of(frame) if frame is not None else (None, None, None)
+        self._register_optimizer(opt, okey)
+
+    def _register_optimizer(self, opt, okey):
+        params, lrs = [], []
+        for group in opt.param_groups:
+            lr = group.get("lr", 0.0)
+            lrs.append(float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item()))
+            for p in group["params"]:
+                pkey = self.key(p)
+                if not self.rec.has_tensor(pkey):
+                    self.rec.tensor(pkey, "<optimizer tensor>", "foreign", None, "", list(p.shape), _dtype(p),
+                                    p.requires_grad, p.is_leaf, isinstance(p, nn.Parameter))
+                params.append(pkey)
+                self._opt_keys_held.add(pkey)
+        self.rec.optimizer(okey, type(opt).__name__, self._opt_sites.get(okey, (None, None, None)), params, lrs)
+        return params
+
+    def _opt_params(self, opt):
+        return [p for g in opt.param_groups for p in g["params"]]
+
+    def _step_pre(self, opt, args, kwargs):
+        if not self.active:
+            return None
+        try:
+            okey = self.key(opt)
+            if okey not in self._optimizers:
+                self._optimizers[okey] = weakref.ref(opt)
+                self._opt_sites.setdefault(okey, (None, None, None))
+            keys = self._register_optimizer(opt, okey) if self._opt_steps.get(okey) is None else None
+            params = self._opt_params(opt)
+            if keys is None:
+                keys = [self.key(p) for p in params]
+            with_grad = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
+            gn = norms([g for _, g in with_grad])
+            grad_norms = dict(zip((k for k, _ in with_grad), gn))
+            before = self._weights_after.get(okey)
+            if before is None or len(before) != len(keys):
+                before = dict(zip(keys, norms([p.detach() for p in params])))
+            self.rec.step_pre(okey, [(k, grad_norms.get(k)) for k in keys], list(before.items()))
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"step pre-hook: {type(e).__name__}: {e}")
+        return None
+
+    def _step_post(self, opt, args, kwargs):
+        if not self.active:
+            return
+        try:
+            okey = self.key(opt)
+            params = self._opt_params(opt)
+            keys = [self.key(p) for p in params]
+            after = dict(zip(keys, norms([p.detach() for p in params])))
+            self._weights_after[okey] = after
+            self.rec.step_post(okey, list(after.items()))
+            self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
+            if self._scaler_depth == 0:
+                self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
+        if self._scaler_depth == 0:
+            self._check_done()
+
+    def _wrap_zero_grad(self, target):
+        tracer = self
+
+        def make(original):
+            def zero_grad(self, *args, **kwargs):
+                if tracer.active:
+                    try:
+                        tracer.rec.zero_grad(target, tracer.key(self), site_of(sys._getframe(1)))
+                    except Exception:  # noqa: BLE001
+                        pass
+                return original(self, *args, **kwargs)
+
+            return zero_grad
+
+        return make
+
+    def _wrap_scaler_step(self, original):
+        tracer = self
+
+        def step(self, optimizer, *args, **kwargs):
+            if not tracer.active:
+                return original(self, optimizer, *args, **kwargs)
+            okey = tracer.key(optimizer)
+            before = tracer._steps_seen.get(okey, 0)
+            tracer._scaler_depth += 1
+            try:
+                return original(self, optimizer, *args, **kwargs)
+            finally:
+                tracer._scaler_depth -= 1
+                try:
+                    stepped = tracer._steps_seen.get(okey, 0) > before
+                    scale = float(self.get_scale()) if self.is_enabled() else None
+                    tracer.rec.scaler_step(okey, stepped, scale, site_of(sys._getframe(1)))
+                    tracer._opt_steps[okey] = tracer._opt_steps.get(okey, 0) + 1
+                except Exception as e:  # noqa: BLE001
+                    tracer.rec.note(f"scaler step: {e}")
+                tracer._check_done()
+
+        return step
+
+    # ---- backward ---------------------------------------------------------------------
+    def _wrap_backward(self, original):
+        tracer = self
+
+        def backward(tensors, *args, **kwargs):
+            if not tracer.active or tracer._backward_depth > 0:
+                return original(tensors, *args, **kwargs)
+            first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+            gf = getattr(first, "grad_fn", None)
+            tracer.rec.backward_begin("backward", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None)
+            tracer._backward_depth += 1
+            try:
+                result = original(tensors, *args, **kwargs)
+            except BaseException as e:
+                tracer._backward_depth -= 1
+                tracer.rec.backward_end([], f"{type(e).__name__}: {e}")
+                raise
+            tracer._backward_depth -= 1
+            tracer._after_backward()
+            return result
+
+        return backward
+
+    def _after_backward(self):
+        try:
+            # Gradient norms for reached tensors that no optimizer holds (optimizer-held ones
+            # are measured right before their step).
+            todo = []
+            for k in set(self._hooked) - self._opt_keys_held:
+                t = self.obj(k)
+                if t is not None and t.grad is not None:
+                    todo.append((k, t.grad))
+            ns = norms([g for _, g in todo])
+            self.rec.backward_end([(k, n) for (k, _), n in zip(todo, ns)])
+        except Exception as e:  # noqa: BLE001
+            self.rec.backward_end([], None)
+            self.rec.note(f"after backward: {e}")
+        self._backwards += 1
+        self._check_done()
+
+    def _wrap_grad(self, original):
+        tracer = self
+
+        def grad(outputs, inputs, *args, **kwargs):
+            if not tracer.active or tracer._backward_depth > 0:
+                return original(outputs, inputs, *args, **kwargs)
+            first = outputs[0] if isinstance(outputs, (list, tuple)) and outputs else outputs
+            gf = getattr(first, "grad_fn", None)
+            tracer.rec.backward_begin("grad", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None)
+            tracer._backward_depth += 1
+            try:
+                result = original(outputs, inputs, *args, **kwargs)
+            except BaseException as e:
+                tracer._backward_depth -= 1
+                tracer.rec.backward_end([], f"{type(e).__name__}: {e}")
+                raise
+            tracer._backward_depth -= 1
+            try:
+                ins = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+                pairs = [(tracer._keys.get(id(t)), g) for t, g in zip(ins, result)]
+                got = [(k, g) for k, g in pairs if k is not None and g is not None]
+                for k, _ in got:
+                    tracer.rec.reached(k)
+                ns = norms([g.detach() for _, g in got])
+                tracer.rec.backward_end([(k, n) for (k, _), n in zip(got, ns)])
+            except Exception as e:  # noqa: BLE001
+                tracer.rec.backward_end([], None)
+                tracer.rec.note(f"after autograd.grad: {e}")
+            tracer._backwards += 1
+            tracer._check_done()
+            return result
+
+        return grad
+
+
+def _dtype(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _leaf_behind(t):
+    """The leaf tensor a non-leaf was computed from (first input chain)."""
+    node = t.grad_fn
+    for _ in range(64):
+        if node is None:
+            return None
+        var = getattr(node, "variable", None)
+        if var is not None:
+            return var
+        nxt = [n for n, _ in node.next_functions if n is not None]
+        node = nxt[0] if nxt else None
+    return None
+
+
+def _variable_name(module, frame):
+    f = user_frame(frame) if frame is not None else None
+    if f is None:
+        return None
+    try:
+        for name, value in f.f_locals.items():
+            if value is module and not name.startswith("_"):
+                return name
+        for name, value in f.f_globals.items():
+            if value is module and not name.startswith("_"):
+                return name
+    except Exception:  # noqa: BLE001
+        return None
+    return None

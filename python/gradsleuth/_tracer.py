@@ -295,12 +295,23 @@ class Tracer:
         self._root_names[key] = name
         self._scan(module, key, prefix="", hook=True)
 
+    def _rebuilt(self) -> set[int]:
+        """Keys of orphan modules seen as several objects (rebuilt on every call)."""
+        return {k for k, refs in self._orphan_objs.items() if len(refs) > 1}
+
     def _scan(self, root, rkey, prefix, hook):
         rec = self.rec
         names: dict[int, str] = {}
         owner_of: dict[int, int] = {}
+        rebuilt = self._rebuilt()
+        skip_params: set[int] = set()
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
+            if mkey in rebuilt:
+                # The latest copy of a layer rebuilt in forward: it stays reported as such.
+                names[id(m)] = mname
+                skip_params.update(id(p) for p in m.parameters())
+                continue
             names[id(m)] = mname
             self._known_modules.add(mkey)
             parent_name, _, attr = mname.rpartition(".")
@@ -311,6 +322,8 @@ class Tracer:
                 if p is not None and id(p) not in owner_of:
                     owner_of[id(p)] = mkey
         for pname, p in root.named_parameters():
+            if id(p) in skip_params:
+                continue
             tkey = self.key(p)
             attr = pname.rpartition(".")[2]
             self._tensor(p, tkey, prefix + pname, "param", owner_of.get(id(p)), attr, hook)
@@ -396,7 +409,8 @@ class Tracer:
         trees = {k: {id(x) for x in m.modules()} for k, m in roots}
         tops = [(k, m) for k, m in roots if not any(k2 != k and id(m) in trees[k2] for k2, _ in roots)]
         tops.sort(key=lambda km: len(trees[km[0]]))
-        multi = len(tops) > 1
+        # Parameter-free modules called on their own (loss modules, activations) are not models.
+        multi = sum(1 for _, m in tops if any(True for _ in m.parameters())) > 1
         for k, m in tops:
             self._scan(m, k, prefix=(self._root_names[k] + ".") if multi else "", hook=False)
         for okey, ref in self._optimizers.items():

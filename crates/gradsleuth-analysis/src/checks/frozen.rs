@@ -36,44 +36,57 @@ fn run(ctx: &Context) -> Vec<Finding> {
     }
     let trainable = trainable_params(ctx).count();
     let any_optimizer = !ctx.capture.optimizers.is_empty();
+    // Held by an optimizer (a warning) or not (deliberate), one finding each.
+    let (held, free): (Vec<u64>, Vec<u64>) = frozen
+        .iter()
+        .partition(|k| ctx.facts.get(**k).is_some_and(|f| !f.optimizers.is_empty()));
     let mut out = Vec::new();
-    for g in group_by_module(ctx, &frozen) {
-        let names = super::names(ctx, &g.keys);
-        let held: Vec<u64> = g
-            .keys
+    for (keys, is_held) in [(held, true), (free, false)] {
+        if keys.is_empty() {
+            continue;
+        }
+        let groups = group_by_module(ctx, &keys);
+        let modules: Vec<_> = groups
             .iter()
-            .copied()
-            .filter(|k| ctx.facts.get(*k).is_some_and(|f| !f.optimizers.is_empty()))
+            .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
             .collect();
-        let m = g.module.and_then(|k| ctx.capture.module(k));
-        let what = match m {
-            Some(m) => format!(
-                "`{}` ({})",
-                module_name(m),
+        let names = super::names(ctx, &keys);
+        let what = if modules.len() == groups.len() && !modules.is_empty() {
+            let shown: Vec<String> = modules
+                .iter()
+                .take(4)
+                .map(|m| format!("`{}`", module_name(m)))
+                .collect();
+            let more = if modules.len() > 4 {
+                format!(" and {} more modules", modules.len() - 4)
+            } else {
+                String::new()
+            };
+            format!(
+                "{}{more} ({})",
+                shown.join(", "),
                 plural(names.len(), "parameter")
-            ),
-            None => name_list(&names),
+            )
+        } else {
+            name_list(&names)
         };
-        ctx.claim(g.keys.iter().copied());
-        let loc = m.and_then(|m| module_assignment(ctx, m));
-        let finding = if !held.is_empty() {
+        let are = if names.len() == 1 { "is" } else { "are" };
+        let loc = modules.first().and_then(|m| module_assignment(ctx, m));
+        ctx.claim(keys.iter().copied());
+        let finding = if is_held {
             let opt = ctx
                 .facts
-                .get(held[0])
+                .get(keys[0])
                 .and_then(|f| f.optimizers.first().copied())
                 .and_then(|o| ctx.capture.optimizer(o));
             Finding::new(
                 CHECK.code,
                 CHECK.category,
                 Severity::Warning,
-                format!(
-                    "{what} {} frozen (requires_grad=False) but the optimizer still holds {}: it will never update them.",
-                    if names.len() == 1 { "is" } else { "are" },
-                    if held.len() == names.len() { "them".to_string() } else { plural(held.len(), "of them") }
-                ),
+                format!("{what} {are} frozen (requires_grad=False) but the optimizer still holds them: it will never update them."),
             )
             .at(opt.and_then(|o| ctx.locate(o.created_at.as_ref())).or(loc.clone()))
-            .related(loc, "the frozen module")
+            .related(loc, "the first frozen module")
             .fix("If they should train, unfreeze them (`p.requires_grad_(True)`) before building the optimizer; if the freeze is intended, build the optimizer from `[p for p in model.parameters() if p.requires_grad]`.")
         } else if trainable == 0 {
             Finding::new(
@@ -89,10 +102,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 CHECK.code,
                 CHECK.category,
                 Severity::Info,
-                format!(
-                    "{what} {} frozen and left out of the optimizer (deliberate freezing).",
-                    if names.len() == 1 { "is" } else { "are" }
-                ),
+                format!("{what} {are} frozen and left out of the optimizer (deliberate freezing)."),
             )
             .at(loc)
         };

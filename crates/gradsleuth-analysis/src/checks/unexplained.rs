@@ -20,10 +20,64 @@ pub const CHECK: Check = Check {
     run,
 };
 
+/// A model run here only as a fixed function: none of its parameters is held by an optimizer
+/// and no backward reached any of them (a DQN target network, an EMA teacher, a frozen
+/// reference model). Its parameters are not expected to learn.
+fn fixed_models(ctx: &Context) -> std::collections::HashSet<u64> {
+    let mut stats: std::collections::HashMap<u64, (bool, bool)> = Default::default();
+    for (t, f) in ctx.facts.iter() {
+        let Some(root) = t
+            .module
+            .and_then(|m| ctx.capture.module(m))
+            .and_then(|m| m.root)
+        else {
+            continue;
+        };
+        let e = stats.entry(root).or_insert((true, true));
+        e.0 &= f.optimizers.is_empty();
+        e.1 &= !f.reached() && !f.grad_nonzero();
+    }
+    stats
+        .into_iter()
+        .filter(|(_, (no_opt, unreached))| *no_opt && *unreached)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// Zero-gradient parameters of a module whose other parameters learn: the loss is invariant
+/// to them (a bias that cancels in a difference or before a normalisation).
+fn invariant(ctx: &Context, key: u64) -> bool {
+    let Some(module) = ctx.facts.rec(key).and_then(|t| t.module) else {
+        return false;
+    };
+    ctx.facts
+        .iter()
+        .any(|(t, f)| t.module == Some(module) && t.key != key && f.learns())
+}
+
 fn run(ctx: &Context) -> Vec<Finding> {
+    let fixed = if ctx.facts.any_optimizer_step {
+        fixed_models(ctx)
+    } else {
+        Default::default()
+    };
+    let mut out = Vec::new();
     let mut by_status: std::collections::BTreeMap<ParamStatus, Vec<u64>> = Default::default();
+    let mut invariant_keys = Vec::new();
     for (t, f) in ctx.facts.iter() {
         if !f.visible || ctx.is_claimed(t.key) {
+            continue;
+        }
+        let root = t
+            .module
+            .and_then(|m| ctx.capture.module(m))
+            .and_then(|m| m.root);
+        if root.is_some_and(|r| fixed.contains(&r)) {
+            ctx.claim([t.key]);
+            continue;
+        }
+        if f.status == ParamStatus::GradZero && invariant(ctx, t.key) {
+            invariant_keys.push(t.key);
             continue;
         }
         if matches!(
@@ -36,7 +90,26 @@ fn run(ctx: &Context) -> Vec<Finding> {
             by_status.entry(f.status).or_default().push(t.key);
         }
     }
-    let mut out = Vec::new();
+    if !invariant_keys.is_empty() {
+        let names = super::names(ctx, &invariant_keys);
+        ctx.claim(invariant_keys.iter().copied());
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Info,
+                format!(
+                    "{} {} an exactly zero gradient while the rest of {} module learns: the loss does not depend on {} (e.g. a bias that cancels in a difference or before a normalisation).",
+                    super::name_list(&names),
+                    if names.len() == 1 { "gets" } else { "get" },
+                    if names.len() == 1 { "its" } else { "their" },
+                    if names.len() == 1 { "it" } else { "them" }
+                ),
+            )
+            .params(names)
+            .fix("Usually harmless; drop the parameter (e.g. `bias=False`) if it is meant to do nothing."),
+        );
+    }
     for (status, keys) in by_status {
         for g in group_by_module(ctx, &keys) {
             let names = super::names(ctx, &g.keys);
@@ -132,6 +205,38 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].params, vec!["fc.bias"]);
         assert!(f[0].message.contains("ran in forward"));
+    }
+
+    #[test]
+    fn a_model_never_optimized_nor_reached_is_a_fixed_model() {
+        use gradsleuth_model::capture::ModuleKind;
+        let mut s = healthy(2);
+        s.module(5, "Sequential", "target", None, ModuleKind::Root, 2)
+            .runs_no_grad = 2;
+        s.module(6, "Linear", "0", Some(5), ModuleKind::Registered, 2);
+        s.param(50, "target.0.weight", 6);
+        assert!(s.run(&CHECK).is_empty());
+    }
+
+    #[test]
+    fn a_cancelled_bias_is_info_not_an_error() {
+        let mut s = healthy(2);
+        for st in &mut s.capture.steps {
+            for g in &mut st.grad_norms {
+                if g.0 == 11 {
+                    g.1 = Some(0.0);
+                }
+            }
+            for w in &mut st.weight_after {
+                if w.0 == 11 {
+                    w.1 = st.weight_before.iter().find(|b| b.0 == 11).unwrap().1;
+                }
+            }
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert_eq!(f[0].params, vec!["fc.bias"]);
     }
 
     #[test]

@@ -633,13 +633,12 @@ def _leaf_behind(t):
 
 
 def _variable_name(module, frame):
+    """The global name the user's code binds `module` to. Locals are not read: on Python
+    3.11, `frame.f_locals` caches a snapshot on the frame that would keep tensors alive."""
     f = user_frame(frame) if frame is not None else None
     if f is None:
         return None
     try:
-        for name, value in f.f_locals.items():
-            if value is module and not name.startswith("_"):
-                return name
         for name, value in f.f_globals.items():
             if value is module and not name.startswith("_"):
                 return name

@@ -32,6 +32,8 @@ pub struct TensorFacts {
     pub updates: Vec<Option<f64>>,
     /// Some optimizer step changed it.
     pub changed: bool,
+    /// Its weight norm at the last observed step.
+    pub weight_norm: Option<f64>,
     pub status: ParamStatus,
     /// Shown as a row of the parameter table.
     pub visible: bool,
@@ -46,6 +48,20 @@ impl TensorFacts {
     pub fn reached(&self) -> bool {
         !self.reached_in.is_empty()
     }
+    /// Gradients so small against the weight that a step cannot change it in floating point
+    /// (under 1e-6 of the weight norm): the loss is numerically invariant to it.
+    pub fn negligible_grad(&self) -> bool {
+        let g = self
+            .grad_norms
+            .iter()
+            .flatten()
+            .fold(0.0f64, |a, b| a.max(*b));
+        match self.weight_norm {
+            Some(w) if w > 0.0 => g.is_finite() && g <= w * 1e-6,
+            _ => g == 0.0,
+        }
+    }
+
     pub fn learns(&self) -> bool {
         self.status == ParamStatus::Learning
     }
@@ -113,6 +129,12 @@ impl Facts {
                         false,
                     ),
                 };
+            let weight_norm = optimizers
+                .first()
+                .and_then(|o| steps_of.get(o))
+                .and_then(|steps| steps.last())
+                .and_then(|s| s.weight_before.iter().find(|(k, _)| *k == t.key))
+                .map(|(_, n)| *n);
             let mut f = TensorFacts {
                 key: t.key,
                 optimizers,
@@ -120,6 +142,7 @@ impl Facts {
                 grad_norms,
                 updates,
                 changed,
+                weight_norm,
                 status: ParamStatus::GradNone,
                 visible: visible(t),
             };

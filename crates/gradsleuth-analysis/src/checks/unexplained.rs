@@ -76,7 +76,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
             ctx.claim([t.key]);
             continue;
         }
-        if f.status == ParamStatus::GradZero && invariant(ctx, t.key) {
+        let tiny = f.status == ParamStatus::GradZero
+            || (f.status == ParamStatus::NotUpdated && f.negligible_grad());
+        if tiny && invariant(ctx, t.key) {
             invariant_keys.push(t.key);
             continue;
         }
@@ -99,7 +101,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 CHECK.category,
                 Severity::Info,
                 format!(
-                    "{} {} an exactly zero gradient while the rest of {} module learns: the loss does not depend on {} (e.g. a bias that cancels in a difference or before a normalisation).",
+                    "{} {} a zero (or numerically negligible) gradient while the rest of {} module learns: the loss does not depend on {} (e.g. a bias that cancels in a difference or before a normalisation).",
                     super::name_list(&names),
                     if names.len() == 1 { "gets" } else { "get" },
                     if names.len() == 1 { "its" } else { "their" },

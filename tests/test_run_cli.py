@@ -1,0 +1,244 @@
+"""`gradsleuth run` / `report` / `demo` as a user meets them: output, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import ROOT, run_gradsleuth, run_json
+
+SCHEMA = json.loads((ROOT.parent / "shared" / "report.schema.json").read_text()) if (
+    ROOT.parent / "shared" / "report.schema.json"
+).exists() else None
+
+TRAIN = textwrap.dedent(
+    """
+    import sys
+    import torch
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, 8)
+            self.heads = [nn.Linear(8, 2), nn.Linear(8, 2)]
+
+        def forward(self, x):
+            h = torch.relu(self.body(x))
+            return sum(head(h) for head in self.heads)
+
+    print("args:", sys.argv[1:])
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(int(sys.argv[1]) if len(sys.argv) > 1 else 5):
+        opt.zero_grad()
+        loss = model(torch.randn(3, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        print("step", step, flush=True)
+    print("finished")
+    """
+)
+
+
+def test_report_follows_the_scripts_own_output(write_script, tmp_path):
+    script = write_script(TRAIN)
+    proc = run_gradsleuth("run", script, "4", "--flag", cwd=tmp_path)
+    out = proc.stdout
+    assert "args: ['4', '--flag']" in out
+    assert out.index("finished") < out.index("gradsleuth run: 1 error")
+    assert "error[GS103] unregistered" in out
+    assert "self.heads = [nn.Linear(8, 2), nn.Linear(8, 2)]" in out
+    assert "nn.ModuleList([nn.Linear(8, 2), nn.Linear(8, 2)])" in out
+    assert proc.returncode == 1
+
+
+def test_json_report_is_valid_against_the_schema(write_script, tmp_path):
+    script = write_script(TRAIN)
+    proc, report = run_json(script, cwd=tmp_path, tmp_path=tmp_path)
+    assert report is not None, proc.stderr
+    if SCHEMA is not None:
+        jsonschema.validate(report, SCHEMA)
+    assert report["steps_observed"] == 3
+    assert report["target"]["script"].endswith("train.py")
+    assert report["environment"]["torch_version"].startswith("2.")
+    rows = {p["name"]: p for p in report["parameters"]}
+    assert rows["body.weight"]["status"] == "learning"
+    assert len(rows["body.weight"]["grad_norm"]) == 3
+    assert all(u is not None and u > 0 for u in rows["body.weight"]["update_norm"])
+    assert rows["heads[0].weight"]["status"] == "unregistered"
+    assert rows["heads[0].weight"]["in_optimizer"] is False
+
+
+def test_fail_on_controls_the_exit_code(write_script, tmp_path):
+    script = write_script(TRAIN)
+    assert run_gradsleuth("run", "--fail-on", "never", script, cwd=tmp_path).returncode == 0
+    assert run_gradsleuth("run", "--fail-on", "warning", script, cwd=tmp_path).returncode == 1
+
+
+def test_stop_after_ends_the_script_after_the_observed_steps(write_script, tmp_path):
+    script = write_script(TRAIN)
+    proc = run_gradsleuth("run", "--steps", "2", "--stop-after", script, "50", cwd=tmp_path)
+    # It ends inside the second optimizer.step(), before the script prints "step 1".
+    assert "step 0" in proc.stdout and "step 1" not in proc.stdout and "finished" not in proc.stdout
+    assert "2 steps observed" in proc.stdout
+
+
+def test_save_capture_then_report_without_python(write_script, tmp_path):
+    script = write_script(TRAIN)
+    cap = tmp_path / "cap.json"
+    first = run_gradsleuth("run", "--save-capture", cap, "--format", "json", script, cwd=tmp_path)
+    again = run_gradsleuth("report", cap, "--format", "json", cwd=tmp_path)
+    assert again.returncode == 1
+    a = json.loads(first.stdout[first.stdout.index("{"):])
+    b = json.loads(again.stdout)
+    assert a["findings"] == b["findings"] and a["parameters"] == b["parameters"]
+    capture = json.loads(cap.read_text())
+    assert capture["format"] == "gradsleuth-capture" and capture["version"] == 1
+    assert "data" not in json.dumps(capture).lower().replace("dtype", "")  # identities and norms only
+    # The Rust binary alone can re-render it (no Python involved).
+    cli = ROOT / "target" / "release" / "gradsleuth-cli"
+    if cli.exists():
+        import subprocess
+
+        p = subprocess.run([str(cli), "report", str(cap)], capture_output=True, text=True)
+        assert "GS103" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"not json at all", b"\xff\xfe\x00garbage", b'{"format": "gradsleuth-capture", "version": 7}', b"[1, 2, 3]",
+     b'{"format": "gradsleuth-capture", "version": 1, "tensors": "oops"}'],
+)
+def test_garbage_capture_is_a_clear_error(tmp_path, content):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    proc = run_gradsleuth("report", bad)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gradsleuth: error:")
+    assert "Traceback" not in proc.stderr and "panicked" not in proc.stderr
+
+
+def test_missing_script(tmp_path):
+    proc = run_gradsleuth("run", tmp_path / "nope.py")
+    assert proc.returncode == 2
+    assert "no such script" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_syntax_error_is_shown_as_python_shows_it(write_script, tmp_path):
+    script = write_script("import torch\n\ndef broken(:\n    pass\n")
+    proc = run_gradsleuth("run", script, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert 'File "' in proc.stderr and "line 3" in proc.stderr and "SyntaxError" in proc.stderr
+    assert "gradsleuth/" not in proc.stderr
+    assert "the script raised SyntaxError" in proc.stdout
+
+
+def test_a_script_that_raises_keeps_its_traceback_and_its_exit_code(write_script, tmp_path):
+    script = write_script(
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn as nn
+
+            model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+            opt = torch.optim.Adam(model.parameters())
+            for step in range(3):
+                loss = model(torch.randn(2, 4)).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if step == 1:
+                    raise ValueError("bad batch at step 1")
+            """
+        )
+    )
+    proc = run_gradsleuth("run", "--format", "json", "--out", tmp_path / "r.json", script, cwd=tmp_path)
+    assert proc.returncode == 1
+    err = proc.stderr
+    assert err.startswith("Traceback (most recent call last):")
+    assert "line 13, in <module>" in err and "ValueError: bad batch at step 1" in err
+    assert "gradsleuth" not in err and "runpy" not in err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["error"]["type"] == "ValueError"
+    assert report["steps_observed"] == 2
+
+
+def test_sys_exit_code_is_passed_through(write_script, tmp_path):
+    script = write_script("import sys\nimport torch\nsys.exit(7)\n")
+    proc = run_gradsleuth("run", script, cwd=tmp_path)
+    assert proc.returncode == 7
+
+
+def test_a_script_that_never_calls_backward(write_script, tmp_path):
+    script = write_script("import torch\nm = torch.nn.Linear(2, 2)\nprint(m(torch.ones(1, 2)).sum().item())\n")
+    proc = run_gradsleuth("run", script, cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "Nothing to diagnose" in proc.stdout and "backward() was never called" in proc.stdout
+
+
+def test_module_mode_and_relative_imports(tmp_path):
+    pkg = tmp_path / "proj"
+    (pkg / "trainer").mkdir(parents=True)
+    (pkg / "trainer" / "__init__.py").write_text("")
+    (pkg / "trainer" / "models.py").write_text(
+        "import torch.nn as nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.a = nn.Linear(3, 3)\n        self.unused = nn.Linear(3, 3)\n\n    def forward(self, x):\n"
+        "        return self.a(x)\n"
+    )
+    (pkg / "trainer" / "__main__.py").write_text(
+        "import torch\nfrom .models import Net\n\nm = Net()\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n    o.zero_grad()\n    m(torch.randn(2, 3)).sum().backward()\n    o.step()\n"
+    )
+    proc = run_gradsleuth("run", "--format", "json", "-m", "trainer", cwd=pkg)
+    report = json.loads(proc.stdout)
+    unused = [f for f in report["findings"] if f["category"] == "unused"]
+    assert unused and unused[0]["params"] == ["unused.weight", "unused.bias"]
+    assert unused[0]["location"]["file"] == "trainer/models.py" and unused[0]["location"]["line"] == 7
+
+
+def test_script_directory_is_on_sys_path(tmp_path):
+    (tmp_path / "helpers.py").write_text("def lr():\n    return 0.1\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom helpers import lr\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=lr())\n"
+        "for _ in range(3):\n    o.zero_grad()\n    m(torch.ones(1, 2)).sum().backward()\n    o.step()\n"
+    )
+    elsewhere = tmp_path / "sub"
+    elsewhere.mkdir()
+    proc = run_gradsleuth("run", "../train.py", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert "no problems found" in proc.stdout
+
+
+def test_demo_shows_its_bugs():
+    proc = run_gradsleuth("demo")
+    assert proc.returncode == 0
+    for code in ("GS102", "GS103", "GS107", "GS101"):
+        assert code in proc.stdout
+    assert "epoch 1" in proc.stdout
+
+
+def test_python_dash_m_gradsleuth_is_the_same_command(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "gradsleuth", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("gradsleuth ")
+
+
+def test_commands_that_need_no_torch_do_not_import_it(tmp_path):
+    cap = Path(tmp_path) / "c.json"
+    cap.write_text('{"format": "gradsleuth-capture", "version": 1, "tool_version": "0", "command": "run"}')
+    import subprocess
+
+    code = (
+        "import sys\nfrom gradsleuth._core import cli_main\nrc = cli_main(['gradsleuth', 'report', sys.argv[1]])\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\nprint('rc', rc)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(cap)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "rc 0" in p.stdout

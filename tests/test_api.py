@@ -10,13 +10,12 @@ import runpy
 import weakref
 from pathlib import Path
 
+import gradsleuth
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import ROOT
-
-import gradsleuth
 from gradsleuth._core import Recorder
 from gradsleuth._tracer import Tracer
 
@@ -56,7 +55,12 @@ def test_diagnose_names_the_unregistered_heads_and_leaves_the_model_untouched():
     report = gradsleuth.diagnose(model, batch(), F.cross_entropy, opt, steps=2)
     cats = {f["category"]: f for f in report.findings}
     assert "unregistered" in cats
-    assert set(cats["unregistered"]["params"]) == {"heads[0].weight", "heads[0].bias", "heads[1].weight", "heads[1].bias"}
+    assert set(cats["unregistered"]["params"]) == {
+        "heads[0].weight",
+        "heads[0].bias",
+        "heads[1].weight",
+        "heads[1].bias",
+    }
     assert cats["unregistered"]["location"]["line"] > 0
     assert report.status("encoder.conv.weight") == "learning"
     assert report.status("heads[1].bias") == "unregistered"
@@ -128,7 +132,12 @@ def test_tracer_keeps_no_tensor_or_module_alive():
         F.cross_entropy(model(x), y).backward()
         opt.step()
     assert tracer.done
-    refs = [weakref.ref(model), weakref.ref(model.heads[0].weight), weakref.ref(model.encoder.conv.weight), weakref.ref(opt)]
+    refs = [
+        weakref.ref(model),
+        weakref.ref(model.heads[0].weight),
+        weakref.ref(model.encoder.conv.weight),
+        weakref.ref(opt),
+    ]
     del model, opt
     gc.collect()
     assert all(r() is None for r in refs), "the tracer holds a reference"
@@ -170,7 +179,7 @@ def _fingerprint(namespace) -> str:
                 add(t)
             for m in obj.modules():
                 for v in vars(m).values():
-                    for item in (v if isinstance(v, (list, tuple)) else [v]):
+                    for item in v if isinstance(v, (list, tuple)) else [v]:
                         if isinstance(item, nn.Module):
                             for t in item.parameters():
                                 add(t)

@@ -74,7 +74,9 @@ def test_case(case, results):
         unmatched.remove(hit)
     extra = [report["findings"][i] for i in unmatched if report["findings"][i]["severity"] in ("error", "warning")]
     assert not extra, f"unexpected findings:\n{json.dumps(extra, indent=1)}"
-    want_code = expected.get("exit_code", 1 if any(w.get("severity", "error") == "error" for w in expected["findings"]) else 0)
+    want_code = expected.get(
+        "exit_code", 1 if any(w.get("severity", "error") == "error" for w in expected["findings"]) else 0
+    )
     assert proc.returncode == want_code, f"exit {proc.returncode}, stderr:\n{proc.stderr[-3000:]}"
     for status in expected.get("statuses", {}).items():
         row = next((p for p in report["parameters"] if p["name"] == status[0]), None)

@@ -11,9 +11,11 @@ import jsonschema
 import pytest
 from conftest import ROOT, run_gradsleuth, run_json
 
-SCHEMA = json.loads((ROOT.parent / "shared" / "report.schema.json").read_text()) if (
-    ROOT.parent / "shared" / "report.schema.json"
-).exists() else None
+SCHEMA = (
+    json.loads((ROOT.parent / "shared" / "report.schema.json").read_text())
+    if (ROOT.parent / "shared" / "report.schema.json").exists()
+    else None
+)
 
 TRAIN = textwrap.dedent(
     """
@@ -94,7 +96,7 @@ def test_save_capture_then_report_without_python(write_script, tmp_path):
     first = run_gradsleuth("run", "--save-capture", cap, "--format", "json", script, cwd=tmp_path)
     again = run_gradsleuth("report", cap, "--format", "json", cwd=tmp_path)
     assert again.returncode == 1
-    a = json.loads(first.stdout[first.stdout.index("{"):])
+    a = json.loads(first.stdout[first.stdout.index("{") :])
     b = json.loads(again.stdout)
     assert a["findings"] == b["findings"] and a["parameters"] == b["parameters"]
     capture = json.loads(cap.read_text())
@@ -111,8 +113,14 @@ def test_save_capture_then_report_without_python(write_script, tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    [b"", b"not json at all", b"\xff\xfe\x00garbage", b'{"format": "gradsleuth-capture", "version": 7}', b"[1, 2, 3]",
-     b'{"format": "gradsleuth-capture", "version": 1, "tensors": "oops"}'],
+    [
+        b"",
+        b"not json at all",
+        b"\xff\xfe\x00garbage",
+        b'{"format": "gradsleuth-capture", "version": 7}',
+        b"[1, 2, 3]",
+        b'{"format": "gradsleuth-capture", "version": 1, "tensors": "oops"}',
+    ],
 )
 def test_garbage_capture_is_a_clear_error(tmp_path, content):
     bad = tmp_path / "bad.json"
@@ -205,7 +213,8 @@ def test_module_mode_and_relative_imports(tmp_path):
 def test_script_directory_is_on_sys_path(tmp_path):
     (tmp_path / "helpers.py").write_text("def lr():\n    return 0.1\n")
     (tmp_path / "train.py").write_text(
-        "import torch\nfrom helpers import lr\nm = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=lr())\n"
+        "import torch\nfrom helpers import lr\nm = torch.nn.Linear(2, 1)\n"
+        "o = torch.optim.SGD(m.parameters(), lr=lr())\n"
         "for _ in range(3):\n    o.zero_grad()\n    m(torch.ones(1, 2)).sum().backward()\n    o.step()\n"
     )
     elsewhere = tmp_path / "sub"

@@ -66,9 +66,15 @@ def norms(tensors) -> list[float]:
     with torch.no_grad():
         try:
             ns = torch._foreach_norm(tensors)
-            vals = torch.stack([n.to(torch.float64, copy=False).cpu() for n in ns]).tolist()
+            try:
+                vals = torch.stack(ns).tolist()  # one dtype and device: the common case
+            except RuntimeError:
+                vals = torch.stack([n.to(torch.float64).cpu() for n in ns]).tolist()
         except (RuntimeError, TypeError, NotImplementedError):
-            vals = [float(t.detach().double().norm()) if not t.is_sparse else float(t.coalesce().values().norm()) for t in tensors]
+            vals = [
+                float(t.detach().double().norm()) if not t.is_sparse else float(t.coalesce().values().norm())
+                for t in tensors
+            ]
     return [_encode(v) for v in vals]
 
 
@@ -270,13 +276,32 @@ class Tracer:
         if okey is None:
             okey = key
             self._orphans[site_key] = okey
-            self.rec.module(okey, type(module).__name__, None, f"<{type(module).__name__} built in forward>",
-                            parent, "", "orphan", class_def(type(module)), forward_def(type(module)))
+            self.rec.module(
+                okey,
+                type(module).__name__,
+                None,
+                f"<{type(module).__name__} built in forward>",
+                parent,
+                "",
+                "orphan",
+                class_def(type(module)),
+                forward_def(type(module)),
+            )
             prefix = f"{type(module).__name__}@{os.path.basename(site[0] or '?')}:{site[1]}"
             for name, p in module.named_parameters():
                 tkey = self.key(p)
-                self.rec.tensor(tkey, f"{prefix}.{name}", "orphan", okey, name, list(p.shape), str(p.dtype).replace("torch.", ""),
-                                p.requires_grad, p.is_leaf, True)
+                self.rec.tensor(
+                    tkey,
+                    f"{prefix}.{name}",
+                    "orphan",
+                    okey,
+                    name,
+                    list(p.shape),
+                    str(p.dtype).replace("torch.", ""),
+                    p.requires_grad,
+                    p.is_leaf,
+                    True,
+                )
         self._orphan_objs.setdefault(okey, []).append(weakref.ref(module))
         self._known_modules.add(key)
         self._known_modules.add(id(module))
@@ -316,9 +341,18 @@ class Tracer:
             self._known_modules.add(mkey)
             parent_name, _, attr = mname.rpartition(".")
             parent = None if m is root else self.key(root.get_submodule(parent_name)) if parent_name else rkey
-            rec.module(mkey, type(m).__name__, rkey, (prefix + mname) if mname else self._root_names.get(rkey, ""),
-                       parent, attr, "root" if m is root else "registered", class_def(type(m)), forward_def(type(m)))
-            for pname, p in m._parameters.items():
+            rec.module(
+                mkey,
+                type(m).__name__,
+                rkey,
+                (prefix + mname) if mname else self._root_names.get(rkey, ""),
+                parent,
+                attr,
+                "root" if m is root else "registered",
+                class_def(type(m)),
+                forward_def(type(m)),
+            )
+            for p in m._parameters.values():
                 if p is not None and id(p) not in owner_of:
                     owner_of[id(p)] = mkey
         for pname, p in root.named_parameters():
@@ -357,9 +391,17 @@ class Tracer:
         for sub_name, sub in cm.named_modules():
             skey = self.key(sub)
             self._known_modules.add(skey)
-            self.rec.module(skey, type(sub).__name__, rkey, qual + ("." + sub_name if sub_name else ""),
-                            owner if sub is cm else self.key(cm), label if sub is cm else sub_name, "container",
-                            class_def(type(sub)), forward_def(type(sub)))
+            self.rec.module(
+                skey,
+                type(sub).__name__,
+                rkey,
+                qual + ("." + sub_name if sub_name else ""),
+                owner if sub is cm else self.key(cm),
+                label if sub is cm else sub_name,
+                "container",
+                class_def(type(sub)),
+                forward_def(type(sub)),
+            )
         for pname, p in cm.named_parameters():
             self._tensor(p, self.key(p), f"{qual}.{pname}", "container", owner, f"{label}.{pname}", hook)
 
@@ -375,12 +417,34 @@ class Tracer:
         if leaf is not None:
             leaf_key = self.key(leaf)
             self._tensor(leaf, leaf_key, qual + " (hidden leaf)", "hidden", mkey, attr, hook)
-        self.rec.tensor(self.key(t), qual, "attribute", mkey, attr, list(t.shape), _dtype(t), t.requires_grad, False,
-                        isinstance(t, nn.Parameter), chain, leaf_key)
+        self.rec.tensor(
+            self.key(t),
+            qual,
+            "attribute",
+            mkey,
+            attr,
+            list(t.shape),
+            _dtype(t),
+            t.requires_grad,
+            False,
+            isinstance(t, nn.Parameter),
+            chain,
+            leaf_key,
+        )
 
     def _tensor(self, t, tkey, name, kind, module, attr, hook):
-        self.rec.tensor(tkey, name, kind, module, attr, list(t.shape), _dtype(t), t.requires_grad, t.is_leaf,
-                        isinstance(t, nn.Parameter))
+        self.rec.tensor(
+            tkey,
+            name,
+            kind,
+            module,
+            attr,
+            list(t.shape),
+            _dtype(t),
+            t.requires_grad,
+            t.is_leaf,
+            isinstance(t, nn.Parameter),
+        )
         if hook and t.requires_grad and t.is_leaf and tkey not in self._hooked:
             self._hooked.add(tkey)
             rec = self.rec
@@ -448,8 +512,18 @@ class Tracer:
             for p in group["params"]:
                 pkey = self.key(p)
                 if not self.rec.has_tensor(pkey):
-                    self.rec.tensor(pkey, "<optimizer tensor>", "foreign", None, "", list(p.shape), _dtype(p),
-                                    p.requires_grad, p.is_leaf, isinstance(p, nn.Parameter))
+                    self.rec.tensor(
+                        pkey,
+                        "<optimizer tensor>",
+                        "foreign",
+                        None,
+                        "",
+                        list(p.shape),
+                        _dtype(p),
+                        p.requires_grad,
+                        p.is_leaf,
+                        isinstance(p, nn.Parameter),
+                    )
                 params.append(pkey)
                 self._opt_keys_held.add(pkey)
         self.rec.optimizer(okey, type(opt).__name__, self._opt_sites.get(okey, (None, None, None)), params, lrs)
@@ -466,31 +540,31 @@ class Tracer:
             if okey not in self._optimizers:
                 self._optimizers[okey] = weakref.ref(opt)
                 self._opt_sites.setdefault(okey, (None, None, None))
-            keys = self._register_optimizer(opt, okey) if self._opt_steps.get(okey) is None else None
-            params = self._opt_params(opt)
-            if keys is None:
-                keys = [self.key(p) for p in params]
-            with_grad = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
-            gn = norms([g for _, g in with_grad])
-            grad_norms = dict(zip((k for k, _ in with_grad), gn))
-            before = self._weights_after.get(okey)
-            if before is None or len(before) != len(keys):
-                before = dict(zip(keys, norms([p.detach() for p in params])))
-            self.rec.step_pre(okey, [(k, grad_norms.get(k)) for k in keys], list(before.items()))
+            if self._opt_steps.get(okey) is None or okey not in self._weights_after:
+                keys = self._register_optimizer(opt, okey)
+                before = dict(zip(keys, norms([p.detach() for p in self._opt_params(opt)])))
+            else:
+                before = self._weights_after[okey]
+            self.rec.step_pre(okey, list(before.items()))
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step pre-hook: {type(e).__name__}: {e}")
         return None
 
     def _step_post(self, opt, args, kwargs):
+        """Gradient and weight norms in one fused reduction. `step()` leaves `.grad` as it
+        was, so these are the gradients the step used (unscaled, under GradScaler)."""
         if not self.active:
             return
         try:
             okey = self.key(opt)
             params = self._opt_params(opt)
             keys = [self.key(p) for p in params]
-            after = dict(zip(keys, norms([p.detach() for p in params])))
+            grads = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
+            ns = norms([g for _, g in grads] + [p.detach() for p in params])
+            grad_norms = dict(zip((k for k, _ in grads), ns[: len(grads)]))
+            after = dict(zip(keys, ns[len(grads) :]))
             self._weights_after[okey] = after
-            self.rec.step_post(okey, list(after.items()))
+            self.rec.step_post(okey, [(k, grad_norms.get(k)) for k in keys], list(after.items()))
             self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
             if self._scaler_depth == 0:
                 self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
@@ -548,7 +622,9 @@ class Tracer:
                 return original(tensors, *args, **kwargs)
             first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
             gf = getattr(first, "grad_fn", None)
-            tracer.rec.backward_begin("backward", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None)
+            tracer.rec.backward_begin(
+                "backward", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None
+            )
             tracer._backward_depth += 1
             try:
                 result = original(tensors, *args, **kwargs)

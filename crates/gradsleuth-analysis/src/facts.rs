@@ -258,11 +258,7 @@ fn timeline_from_backwards(key: u64, capture: &Capture, primary: &[u64]) -> Vec<
     let mut out = Vec::with_capacity(primary.len());
     let mut lo = 0u64;
     for &hi in primary {
-        let last = capture
-            .backwards
-            .iter()
-            .filter(|b| b.seq > lo && b.seq < hi)
-            .next_back();
+        let last = capture.backwards.iter().rfind(|b| b.seq > lo && b.seq < hi);
         out.push(last.and_then(norm_in));
         lo = hi;
     }

@@ -8,8 +8,9 @@
 //! gradsleuth does **not** walk the graph on the hot path: which parameters a backward reached
 //! comes from post-accumulate-grad hooks. A walk runs only when a chain or a picture is needed.
 
-use std::collections::HashSet;
 use std::hash::Hash;
+
+use rustc_hash::FxHashSet as HashSet;
 
 /// What a walk needs to know about a node.
 pub trait GraphSource {
@@ -44,8 +45,9 @@ pub fn walk<G: GraphSource>(
     roots: Vec<G::Node>,
     budget: usize,
 ) -> Result<Walk, G::Error> {
-    let mut seen: HashSet<G::Id> = HashSet::with_capacity(1024);
-    let mut seen_leaves: HashSet<u64> = HashSet::new();
+    let mut seen: HashSet<G::Id> = HashSet::default();
+    seen.reserve(1024);
+    let mut seen_leaves: HashSet<u64> = HashSet::default();
     let mut out = Walk::default();
     let mut frontier: Vec<G::Node> = Vec::new();
     for r in roots {
@@ -93,7 +95,7 @@ pub fn path_to_leaf<G: GraphSource>(
 where
     G::Node: Clone,
 {
-    let mut seen: HashSet<G::Id> = HashSet::new();
+    let mut seen: HashSet<G::Id> = HashSet::default();
     // Stack of (node, depth); `path` holds the names along the current branch.
     let mut stack: Vec<(G::Node, usize)> = vec![(root, 0)];
     let mut path: Vec<String> = Vec::new();

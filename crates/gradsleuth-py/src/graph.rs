@@ -5,8 +5,21 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 /// Reads nodes through `next_functions` and `AccumulateGrad.variable`.
+///
+/// Whether a node type carries `variable` is looked up once per type: asking every node
+/// would raise and discard an `AttributeError` per node, the most expensive thing in a walk.
 struct Live<'py> {
     py: Python<'py>,
+    leaf_types: rustc_hash::FxHashMap<usize, bool>,
+}
+
+impl<'py> Live<'py> {
+    fn new(py: Python<'py>) -> Self {
+        Live {
+            py,
+            leaf_types: Default::default(),
+        }
+    }
 }
 
 impl<'py> GraphSource for Live<'py> {
@@ -24,17 +37,30 @@ impl<'py> GraphSource for Live<'py> {
             Err(_) => return Ok(()),
         };
         let next = next.cast_into::<PyTuple>().map_err(PyErr::from)?;
-        for edge in next.iter() {
-            let edge = edge.cast_into::<PyTuple>().map_err(PyErr::from)?;
-            let child = edge.get_item(0)?;
+        // Borrowed items: no reference count traffic for the (node, index) pairs.
+        for edge in next.iter_borrowed() {
+            let edge = edge.cast::<PyTuple>().map_err(PyErr::from)?;
+            let child = edge.get_borrowed_item(0)?;
             if !child.is_none() {
-                out.push(child);
+                out.push(child.to_owned());
             }
         }
         Ok(())
     }
 
     fn leaf(&mut self, node: &Self::Node) -> PyResult<Option<u64>> {
+        let ty = node.get_type();
+        let is_leaf = match self.leaf_types.get(&(ty.as_ptr() as usize)) {
+            Some(b) => *b,
+            None => {
+                let b = ty.hasattr(pyo3::intern!(self.py, "variable"))?;
+                self.leaf_types.insert(ty.as_ptr() as usize, b);
+                b
+            }
+        };
+        if !is_leaf {
+            return Ok(None);
+        }
         match node.getattr(pyo3::intern!(self.py, "variable")) {
             Ok(v) => Ok(Some(v.as_ptr() as u64)),
             Err(_) => Ok(None),
@@ -58,7 +84,7 @@ pub fn walk<'py>(
             vec![roots]
         };
     let roots: Vec<_> = roots.into_iter().filter(|r| !r.is_none()).collect();
-    let w = walk_graph(&mut Live { py }, roots, budget)?;
+    let w = walk_graph(&mut Live::new(py), roots, budget)?;
     let d = PyDict::new(py);
     d.set_item("nodes", w.nodes)?;
     d.set_item("edges", w.edges)?;
@@ -78,7 +104,7 @@ pub fn grad_fn_chain(
 ) -> PyResult<Vec<String>> {
     let mut out = Vec::new();
     let mut node = grad_fn;
-    let mut src = Live { py };
+    let mut src = Live::new(py);
     let mut kids = Vec::new();
     while !node.is_none() && out.len() < limit {
         out.push(node.get_type().name()?.to_string());

@@ -315,12 +315,8 @@ impl Recorder {
         }
     }
 
-    fn step_pre(
-        &mut self,
-        optimizer: u64,
-        grad_norms: Vec<(u64, Option<f64>)>,
-        weight_norms: Vec<(u64, f64)>,
-    ) -> u32 {
+    /// An optimizer step begins; `weight_norms` are the weights before it.
+    fn step_pre(&mut self, optimizer: u64, weight_norms: Vec<(u64, f64)>) -> u32 {
         let seq = self.next_seq();
         let index = self
             .capture
@@ -333,14 +329,20 @@ impl Recorder {
             seq,
             optimizer,
             index,
-            grad_norms,
+            grad_norms: Vec::new(),
             weight_before: weight_norms,
             weight_after: Vec::new(),
         });
         index
     }
 
-    fn step_post(&mut self, optimizer: u64, weight_norms: Vec<(u64, f64)>) {
+    /// The step ended: the gradients it used and the weights after it.
+    fn step_post(
+        &mut self,
+        optimizer: u64,
+        grad_norms: Vec<(u64, Option<f64>)>,
+        weight_norms: Vec<(u64, f64)>,
+    ) {
         if let Some(s) = self
             .capture
             .steps
@@ -348,6 +350,7 @@ impl Recorder {
             .rev()
             .find(|s| s.optimizer == optimizer)
         {
+            s.grad_norms = grad_norms;
             s.weight_after = weight_norms;
         }
     }

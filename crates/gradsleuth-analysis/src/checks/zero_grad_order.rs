@@ -30,8 +30,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let Some(last_bw) = cap
             .backwards
             .iter()
-            .filter(|b| b.seq > prev && b.seq < step.seq)
-            .next_back()
+            .rfind(|b| b.seq > prev && b.seq < step.seq)
         else {
             continue;
         };

@@ -1,0 +1,175 @@
+"""gradsleuth benchmarks, each side by side with its anchor in one run; ratios printed.
+
+    make bench            # everything
+    python bench/run.py walk|step
+
+walk: an autograd graph of about 1,000,000 nodes: the Rust walk (`gradsleuth._core.walk`) vs a
+      pure-Python BFS over `next_functions`, vs reading every node's `next_functions` once.
+step: per-step cost of the three bench models (plain step = 1.00x) while gradsleuth observes,
+      after its hooks are removed, and under `torch.autograd.detect_anomaly()`.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gradsleuth._core import Recorder, walk
+from gradsleuth._tracer import Tracer
+
+torch.set_num_threads(1)
+
+
+def python_bfs(root):
+    seen = {id(root)}
+    frontier = [root]
+    nodes = 0
+    leaves = []
+    while frontier:
+        nxt = []
+        for n in frontier:
+            nodes += 1
+            var = getattr(n, "variable", None)
+            if var is not None:
+                leaves.append(id(var))
+            for child, _ in n.next_functions:
+                if child is not None and id(child) not in seen:
+                    seen.add(id(child))
+                    nxt.append(child)
+        frontier = nxt
+    return nodes, leaves
+
+
+def bench_walk(n_nodes=1_000_000, repeats=3):
+    params = [torch.randn(4, requires_grad=True) for _ in range(1000)]
+    h = torch.zeros(4)
+    for i in range(n_nodes // 2):
+        h = h * 0.999 + params[i % 1000]
+    root = h.grad_fn
+    nodes, _ = python_bfs(root)
+    # The node list for the bare read, collected outside the timing.
+    all_nodes = []
+    seen = {id(root)}
+    frontier = [root]
+    while frontier:
+        nxt = []
+        for n in frontier:
+            all_nodes.append(n)
+            for c, _ in n.next_functions:
+                if c is not None and id(c) not in seen:
+                    seen.add(id(c))
+                    nxt.append(c)
+        frontier = nxt
+
+    def bare():
+        for n in all_nodes:
+            n.next_functions  # noqa: B018 - the cost being measured
+
+    timings = {"rust walk": [], "python BFS": [], "bare next_functions read": []}
+    for _ in range(repeats):
+        for name, fn in (("rust walk", lambda: walk(root)), ("python BFS", lambda: python_bfs(root)), ("bare next_functions read", bare)):
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            timings[name].append(time.perf_counter() - t0)
+    w = walk(root)
+    assert w["nodes"] == nodes and len(w["leaves"]) == 1000, (w["nodes"], nodes)
+    print(f"\n## graph walk: {nodes:,} nodes, {len(w['leaves'])} leaves (best of {repeats})")
+    best = {k: min(v) for k, v in timings.items()}
+    bare_t = best["bare next_functions read"]
+    print(f"{'':28}{'seconds':>10}{'µs/node':>10}{'vs bare read':>14}{'vs python':>11}")
+    for k, t in best.items():
+        print(f"{k:28}{t:10.3f}{t / nodes * 1e6:10.3f}{t / bare_t:13.2f}x{t / best['python BFS']:10.2f}x")
+
+
+# ---- per-step overhead --------------------------------------------------------------------
+
+
+def mlp():
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.ReLU()) for _ in range(50)])
+    return model, lambda: (torch.randn(32, 256), torch.randn(32, 256)), F.mse_loss
+
+
+def cnn():
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+    )
+    return model, lambda: (torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))), F.cross_entropy
+
+
+def transformer():
+    layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Flatten(), nn.Linear(128 * 64, 4))
+    return model, lambda: (torch.randn(8, 64, 128), torch.randint(0, 4, (8,))), F.cross_entropy
+
+
+def step_fn(model, data, loss_fn):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x, y = data()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def median_ms(step, n, ctx=None):
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        if ctx is None:
+            step()
+        else:
+            with ctx():
+                step()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e3
+
+
+def bench_step(rounds=5, per_round=8):
+    print("\n## per-step cost (median ms; ratio to the plain step), torch", torch.__version__, "CPU, 1 thread")
+    print(f"{'model':14}{'plain':>10}{'observing':>18}{'after hooks off':>20}{'detect_anomaly':>20}")
+    for name, make in (("MLP 50x256", mlp), ("CNN 4-layer", cnn), ("transformer", transformer)):
+        torch.manual_seed(0)
+        model, data, loss_fn = make()
+        step = step_fn(model, data, loss_fn)
+        for _ in range(3):
+            step()
+        res = {"plain": [], "observing": [], "after": [], "anomaly": []}
+        for _ in range(rounds):
+            res["plain"].append(median_ms(step, per_round))
+            tracer = Tracer(Recorder("run", 10**6), 10**6).start()
+            step()  # first sight of the model: scan and hook registration, not a steady step
+            res["observing"].append(median_ms(step, per_round))
+            tracer.finish()
+            res["after"].append(median_ms(step, per_round))
+            res["anomaly"].append(median_ms(step, per_round, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True)))
+        med = {k: statistics.median(v) for k, v in res.items()}
+        p = med["plain"]
+        print(
+            f"{name:14}{p:10.2f}"
+            f"{med['observing']:10.2f} ({med['observing'] / p:4.2f}x)"
+            f"{med['after']:12.2f} ({med['after'] / p:4.2f}x)"
+            f"{med['anomaly']:12.2f} ({med['anomaly'] / p:4.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["walk", "step"]
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    if "walk" in which:
+        bench_walk()
+    if "step" in which:
+        bench_step()

@@ -139,7 +139,7 @@ pub fn plural(n: usize, word: &str) -> String {
 
 /// The module's display name: its qualified name, or its class for a root.
 pub fn module_name(m: &ModuleRec) -> String {
-    if m.name.is_empty() {
+    if m.name.is_empty() || m.kind == gradsleuth_model::capture::ModuleKind::Root {
         m.class.clone()
     } else {
         m.name.clone()

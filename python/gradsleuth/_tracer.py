@@ -115,8 +115,13 @@ class Tracer:
     the capture and, with --stop-after, to end the script).
     """
 
-    def __init__(self, recorder, steps: int = 3, on_done=None):
+    def __init__(self, recorder, steps: int = 3, on_done=None, deep: bool = True):
         self.rec = recorder
+        # Op-level capture of the first iteration (every op, cuts, in-place ops).
+        self._deep = deep
+        self._oplog = None
+        self._mode = None
+        self._pending_pop: list = []
         self.steps = max(1, int(steps))
         self.on_done = on_done
         self.active = False
@@ -208,6 +213,7 @@ class Tracer:
         """Removes every hook and patch and completes the capture. Safe to call twice."""
         if self.done:
             return
+        self._end_deep()
         self.done = True
         self.active = False
         for h in self._handles:
@@ -216,6 +222,7 @@ class Tracer:
             except Exception:  # noqa: BLE001 - removing a hook must never break the script
                 pass
         self._handles.clear()
+        self._pop_pending()
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
         self._patches.clear()
@@ -238,6 +245,67 @@ class Tracer:
             self.rec.note("observation ended after many backward calls without a completed optimizer step")
             self.finish()
 
+    # ---- op-level capture --------------------------------------------------------------
+    def _enter_op_mode(self):
+        try:
+            from gradsleuth._core import OpLog
+
+            if self._oplog is None:
+                step = min(self._opt_steps.values()) + 1 if self._opt_steps else 1
+                self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step)
+            self._mode = _make_op_mode(self._oplog, self.rec)
+            self._mode.__enter__()
+            if not torch.is_grad_enabled():
+                self._oplog.grad_disabled_at_start()
+        except Exception as e:  # noqa: BLE001 - without it we still have the cheap tier
+            self._mode = None
+            self._deep = False
+            self.rec.note(f"op-level capture unavailable: {type(e).__name__}: {e}")
+
+    def _exit_op_mode(self):
+        """Stops recording. Inside an op (`loss.backward()` is one) torch has popped the
+        mode for the duration of the call, so it is popped later, outside any op."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.passive = True
+            self._pending_pop.append(mode)
+        self._pop_pending()
+
+    def _pop_pending(self):
+        while self._pending_pop and self._pending_pop[-1].inside == 0:
+            mode = self._pending_pop.pop()
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as e:  # noqa: BLE001
+                self.rec.note(f"leaving op-level capture: {e}")
+
+    def _end_deep(self):
+        """The deep step is over: attribute unreached parameters to cuts, drop the op log."""
+        self._exit_op_mode()
+        log, self._oplog = self._oplog, None
+        self._deep = False
+        if log is None:
+            return
+        try:
+            reached = set(self.rec.reached_keys())
+            unreached, zero, grads = {}, {}, []
+            for k in self._hooked:
+                t = self.obj(k)
+                if t is None:
+                    continue
+                if k not in reached:
+                    unreached[id(t)] = k
+                elif t.grad is not None:
+                    grads.append((k, t))
+            for (k, t), n in zip(grads, norms([t.grad for _, t in grads])):
+                if n == 0.0:
+                    zero[id(t)] = k
+            if unreached or zero:
+                log.resolve(self.rec, unreached, zero)
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"op-level resolve: {type(e).__name__}: {e}")
+        log.clear()
+
     # ---- module hooks -----------------------------------------------------------------
     def _forward_pre(self, module, args):
         if not self.active:
@@ -247,6 +315,10 @@ class Tracer:
             if self._depth == 0:
                 self._root_call += 1
                 self.rec.root_call()
+                if self._pending_pop:
+                    self._pop_pending()
+                if self._deep and self._mode is None:
+                    self._enter_op_mode()
                 if key not in self._roots:
                     self.add_root(module, frame=sys._getframe(1))
             elif key not in self._known_modules:
@@ -315,7 +387,7 @@ class Tracer:
     def add_root(self, module, name=None, frame=None):
         key = self.key(module)
         if name is None:
-            name = _variable_name(module, frame) or type(module).__name__.lower()
+            name = _variable_name(module, frame) or type(module).__name__
         self._roots[key] = weakref.ref(module)
         self._root_names[key] = name
         self._scan(module, key, prefix="", hook=True)
@@ -467,7 +539,7 @@ class Tracer:
             if len(refs) == 1 and alive:
                 m = alive[0]
                 self._roots[okey] = weakref.ref(m)
-                self._root_names[okey] = type(m).__name__.lower()
+                self._root_names[okey] = type(m).__name__
                 roots.append((okey, m))
         # A root inside another root's tree is not a model of its own.
         trees = {k: {id(x) for x in m.modules()} for k, m in roots}
@@ -535,6 +607,8 @@ class Tracer:
     def _step_pre(self, opt, args, kwargs):
         if not self.active:
             return None
+        if self._pending_pop:
+            self._pop_pending()
         try:
             okey = self.key(opt)
             if okey not in self._optimizers:
@@ -568,10 +642,17 @@ class Tracer:
             self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
             if self._scaler_depth == 0:
                 self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
+            if self._deep and self._first_iteration_done():
+                self._end_deep()
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
         if self._scaler_depth == 0:
             self._check_done()
+
+    def _first_iteration_done(self) -> bool:
+        """Every optimizer created so far has stepped at least once."""
+        live = [k for k, r in self._optimizers.items() if r() is not None]
+        return bool(live) and all(self._steps_seen.get(k, 0) >= 1 or self._opt_steps.get(k, 0) >= 1 for k in live)
 
     def _wrap_zero_grad(self, target):
         tracer = self
@@ -607,6 +688,8 @@ class Tracer:
                     scale = float(self.get_scale()) if self.is_enabled() else None
                     tracer.rec.scaler_step(okey, stepped, scale, site_of(sys._getframe(1)))
                     tracer._opt_steps[okey] = tracer._opt_steps.get(okey, 0) + 1
+                    if tracer._deep and tracer._first_iteration_done():
+                        tracer._end_deep()
                 except Exception as e:  # noqa: BLE001
                     tracer.rec.note(f"scaler step: {e}")
                 tracer._check_done()
@@ -622,6 +705,7 @@ class Tracer:
                 return original(tensors, *args, **kwargs)
             first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
             gf = getattr(first, "grad_fn", None)
+            tracer._before_backward(first)
             tracer.rec.backward_begin(
                 "backward", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None
             )
@@ -630,13 +714,31 @@ class Tracer:
                 result = original(tensors, *args, **kwargs)
             except BaseException as e:
                 tracer._backward_depth -= 1
-                tracer.rec.backward_end([], f"{type(e).__name__}: {e}")
+                tracer._backward_failed(e)
                 raise
             tracer._backward_depth -= 1
             tracer._after_backward()
             return result
 
         return backward
+
+    def _before_backward(self, loss):
+        if self._mode is not None:
+            self._exit_op_mode()
+        if self._oplog is not None and isinstance(loss, torch.Tensor):
+            try:
+                self._oplog.loss(loss)
+            except Exception as e:  # noqa: BLE001
+                self.rec.note(f"op-level loss: {e}")
+
+    def _backward_failed(self, e):
+        self.rec.backward_end([], f"{type(e).__name__}: {e}")
+        if self._oplog is not None:
+            try:
+                self._oplog.explain_error(self.rec, str(e))
+            except Exception as err:  # noqa: BLE001
+                self.rec.note(f"op-level error match: {err}")
+        self._end_deep()
 
     def _after_backward(self):
         try:
@@ -653,6 +755,8 @@ class Tracer:
             self.rec.backward_end([], None)
             self.rec.note(f"after backward: {e}")
         self._backwards += 1
+        if self._deep and not self._optimizers:
+            self._end_deep()
         self._check_done()
 
     def _wrap_grad(self, original):
@@ -669,7 +773,7 @@ class Tracer:
                 result = original(outputs, inputs, *args, **kwargs)
             except BaseException as e:
                 tracer._backward_depth -= 1
-                tracer.rec.backward_end([], f"{type(e).__name__}: {e}")
+                tracer._backward_failed(e)
                 raise
             tracer._backward_depth -= 1
             try:
@@ -721,3 +825,36 @@ def _variable_name(module, frame):
     except Exception:  # noqa: BLE001
         return None
     return None
+
+
+def _make_op_mode(log, rec):
+    """The TorchFunctionMode of the deep step: calls the op, then forwards it to the Rust
+    op log. Nothing the log does can change what the op returns or raises."""
+    from torch.overrides import TorchFunctionMode
+
+    class _OpMode(TorchFunctionMode):
+        inside = 0
+        passive = False
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.inside += 1
+            try:
+                out = func(*args, **(kwargs or {}))
+            except Exception as e:
+                if not self.passive:
+                    try:
+                        log.failed(rec, func, str(e))
+                    except Exception:  # noqa: BLE001
+                        pass
+                raise
+            finally:
+                self.inside -= 1
+            if self.passive:
+                return out
+            try:
+                log.op(func, args if isinstance(args, tuple) else tuple(args), kwargs or None, out)
+            except Exception:  # noqa: BLE001
+                pass
+            return out
+
+    return _OpMode()

@@ -22,6 +22,8 @@ pub struct Context<'a> {
     pub facts: Facts,
     pub source: std::cell::RefCell<SourceCache>,
     claimed: std::cell::RefCell<std::collections::HashSet<u64>>,
+    /// Claimed by op-level cut findings: one parameter may sit behind several cuts.
+    cut_claimed: std::cell::RefCell<std::collections::HashSet<u64>>,
 }
 
 impl<'a> Context<'a> {
@@ -33,6 +35,7 @@ impl<'a> Context<'a> {
             facts,
             source: std::cell::RefCell::new(source),
             claimed: Default::default(),
+            cut_claimed: Default::default(),
         }
     }
 
@@ -42,7 +45,16 @@ impl<'a> Context<'a> {
     }
 
     pub fn is_claimed(&self, key: u64) -> bool {
+        self.claimed.borrow().contains(&key) || self.cut_claimed.borrow().contains(&key)
+    }
+
+    /// Claimed by a finding other than an op-level cut.
+    pub fn is_claimed_before_cuts(&self, key: u64) -> bool {
         self.claimed.borrow().contains(&key)
+    }
+
+    pub fn claim_by_cut(&self, keys: impl IntoIterator<Item = u64>) {
+        self.cut_claimed.borrow_mut().extend(keys);
     }
 
     /// A location with its snippet filled in.
@@ -70,11 +82,39 @@ pub fn analyze(capture: &Capture) -> Report {
     report.parameters = ctx.facts.rows();
     report.push_findings(findings);
     if let Some(err) = &capture.error {
+        let explained_by = explaining(&report.findings, &err.message);
         report.error = Some(ReportErrorInfo {
             kind: err.kind.clone(),
             message: err.message.clone(),
-            explained_by: Vec::new(),
+            explained_by,
         });
     }
     report
+}
+
+/// The findings that explain the script's exception, by what the message says.
+fn explaining(findings: &[Finding], message: &str) -> Vec<String> {
+    use gradsleuth_model::Category as C;
+    let wanted: &[C] = if message.contains("modified by an inplace operation") {
+        &[C::InplaceSaved]
+    } else if message.contains("leaf Variable that requires grad") {
+        &[C::InplaceLeaf]
+    } else if message.contains("does not require grad and does not have a grad_fn") {
+        &[
+            C::Detach,
+            C::DataAttr,
+            C::NoGrad,
+            C::Rewrap,
+            C::NumpyRoundtrip,
+            C::NonDifferentiable,
+            C::Frozen,
+        ]
+    } else {
+        &[]
+    };
+    findings
+        .iter()
+        .filter(|f| wanted.contains(&f.category))
+        .map(|f| f.id.clone())
+        .collect()
 }

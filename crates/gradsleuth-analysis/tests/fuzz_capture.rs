@@ -17,31 +17,63 @@ fn loc() -> impl Strategy<Value = Option<Location>> {
 }
 
 fn module() -> impl Strategy<Value = ModuleRec> {
-    (key(), proptest::option::of(key()), proptest::option::of(key()), "[a-z.\\[\\]0-9]{0,10}", 0u32..5, 0u32..5, loc(), 0u8..4)
-        .prop_map(|(k, root, parent, name, runs, no_grad, def, kind)| ModuleRec {
-            key: k,
-            class: "Linear".into(),
-            root,
-            name: name.clone(),
-            parent,
-            attr: name,
-            kind: [ModuleKind::Root, ModuleKind::Registered, ModuleKind::Container, ModuleKind::Orphan][kind as usize],
-            class_def: def.clone(),
-            forward_def: def,
-            runs,
-            runs_no_grad: no_grad,
-            first_call: None,
-            instances: runs,
-            assigned_at: None,
-        })
+    (
+        key(),
+        proptest::option::of(key()),
+        proptest::option::of(key()),
+        "[a-z.\\[\\]0-9]{0,10}",
+        0u32..5,
+        0u32..5,
+        loc(),
+        0u8..4,
+    )
+        .prop_map(
+            |(k, root, parent, name, runs, no_grad, def, kind)| ModuleRec {
+                key: k,
+                class: "Linear".into(),
+                root,
+                name: name.clone(),
+                parent,
+                attr: name,
+                kind: [
+                    ModuleKind::Root,
+                    ModuleKind::Registered,
+                    ModuleKind::Container,
+                    ModuleKind::Orphan,
+                ][kind as usize],
+                class_def: def.clone(),
+                forward_def: def,
+                runs,
+                runs_no_grad: no_grad,
+                first_call: None,
+                instances: runs,
+                assigned_at: None,
+            },
+        )
 }
 
 fn tensor() -> impl Strategy<Value = TensorRec> {
-    (key(), proptest::option::of(key()), 0u8..7, any::<bool>(), any::<bool>(), any::<bool>(), proptest::option::of(key()))
+    (
+        key(),
+        proptest::option::of(key()),
+        0u8..7,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        proptest::option::of(key()),
+    )
         .prop_map(|(k, module, kind, rg, leaf, param, hidden)| TensorRec {
             key: k,
             name: format!("t{k}"),
-            kind: [TensorKind::Param, TensorKind::Container, TensorKind::Attribute, TensorKind::Buffer, TensorKind::Orphan, TensorKind::Foreign, TensorKind::Hidden][kind as usize],
+            kind: [
+                TensorKind::Param,
+                TensorKind::Container,
+                TensorKind::Attribute,
+                TensorKind::Buffer,
+                TensorKind::Orphan,
+                TensorKind::Foreign,
+                TensorKind::Hidden,
+            ][kind as usize],
             module,
             attr: "weight".into(),
             shape: vec![2, 2],
@@ -56,7 +88,13 @@ fn tensor() -> impl Strategy<Value = TensorRec> {
 }
 
 fn norm() -> impl Strategy<Value = Option<f64>> {
-    proptest::option::of(prop_oneof![Just(f64::NAN), Just(-1.0), Just(-2.0), Just(0.0), 0.0f64..10.0])
+    proptest::option::of(prop_oneof![
+        Just(f64::NAN),
+        Just(-1.0),
+        Just(-2.0),
+        Just(0.0),
+        0.0f64..10.0
+    ])
 }
 
 fn capture() -> impl Strategy<Value = Capture> {
@@ -64,34 +102,87 @@ fn capture() -> impl Strategy<Value = Capture> {
         proptest::collection::vec(module(), 0..8),
         proptest::collection::vec(tensor(), 0..10),
         proptest::collection::vec((key(), proptest::collection::vec(key(), 0..6)), 0..3),
-        proptest::collection::vec((proptest::collection::vec(key(), 0..6), proptest::collection::vec((key(), norm()), 0..4)), 0..4),
-        proptest::collection::vec((key(), proptest::collection::vec((key(), norm()), 0..4), proptest::collection::vec((key(), 0.0f64..3.0), 0..4)), 0..4),
+        proptest::collection::vec(
+            (
+                proptest::collection::vec(key(), 0..6),
+                proptest::collection::vec((key(), norm()), 0..4),
+            ),
+            0..4,
+        ),
+        proptest::collection::vec(
+            (
+                key(),
+                proptest::collection::vec((key(), norm()), 0..4),
+                proptest::collection::vec((key(), 0.0f64..3.0), 0..4),
+            ),
+            0..4,
+        ),
         proptest::collection::vec((key(), any::<bool>()), 0..3),
         proptest::collection::vec(key(), 0..3),
         0u32..4,
     )
-        .prop_map(|(modules, tensors, opts, backwards, steps, scaler, zero, root_calls)| {
-            let mut c = Capture { modules, tensors, root_calls, ..Default::default() };
-            let mut seq = 0;
-            c.optimizers = opts.into_iter().map(|(k, params)| OptimizerRec { key: k, class: "SGD".into(), created_at: None, params, lrs: vec![0.0] }).collect();
-            for (reached, grad_norms) in backwards {
-                seq += 1;
-                c.backwards.push(BackwardRec { seq, kind: "backward".into(), reached, grad_norms, ..Default::default() });
-            }
-            for (opt, g, w) in steps {
-                seq += 1;
-                c.steps.push(StepRec { seq, optimizer: opt, index: 1, grad_norms: g, weight_before: w.clone(), weight_after: w });
-            }
-            for (opt, stepped) in scaler {
-                seq += 1;
-                c.scaler_steps.push(ScalerStepRec { seq, optimizer: opt, stepped, scale: Some(1.0), location: None });
-            }
-            for k in zero {
-                seq += 1;
-                c.zero_grads.push(ZeroGradRec { seq, target: "optimizer".into(), key: k, location: None });
-            }
-            c
-        })
+        .prop_map(
+            |(modules, tensors, opts, backwards, steps, scaler, zero, root_calls)| {
+                let mut c = Capture {
+                    modules,
+                    tensors,
+                    root_calls,
+                    ..Default::default()
+                };
+                let mut seq = 0;
+                c.optimizers = opts
+                    .into_iter()
+                    .map(|(k, params)| OptimizerRec {
+                        key: k,
+                        class: "SGD".into(),
+                        created_at: None,
+                        params,
+                        lrs: vec![0.0],
+                    })
+                    .collect();
+                for (reached, grad_norms) in backwards {
+                    seq += 1;
+                    c.backwards.push(BackwardRec {
+                        seq,
+                        kind: "backward".into(),
+                        reached,
+                        grad_norms,
+                        ..Default::default()
+                    });
+                }
+                for (opt, g, w) in steps {
+                    seq += 1;
+                    c.steps.push(StepRec {
+                        seq,
+                        optimizer: opt,
+                        index: 1,
+                        grad_norms: g,
+                        weight_before: w.clone(),
+                        weight_after: w,
+                    });
+                }
+                for (opt, stepped) in scaler {
+                    seq += 1;
+                    c.scaler_steps.push(ScalerStepRec {
+                        seq,
+                        optimizer: opt,
+                        stepped,
+                        scale: Some(1.0),
+                        location: None,
+                    });
+                }
+                for k in zero {
+                    seq += 1;
+                    c.zero_grads.push(ZeroGradRec {
+                        seq,
+                        target: "optimizer".into(),
+                        key: k,
+                        location: None,
+                    });
+                }
+                c
+            },
+        )
 }
 
 proptest! {

@@ -22,7 +22,8 @@ pub trait GraphSource {
     /// Appends the node's inputs (its `next_functions`, `None` entries skipped) to `out`.
     fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>)
         -> Result<(), Self::Error>;
-    /// For a leaf-accumulating node, the identity of the tensor it accumulates into.
+    /// For a leaf-accumulating node, the identity of the tensor it accumulates into. Only
+    /// asked of nodes without inputs (a leaf-accumulating node has none).
     fn leaf(&mut self, node: &Self::Node) -> Result<Option<u64>, Self::Error>;
 }
 
@@ -64,13 +65,15 @@ pub fn walk<G: GraphSource>(
                 return Ok(out);
             }
             out.nodes += 1;
-            if let Some(leaf) = g.leaf(&node)? {
-                if seen_leaves.insert(leaf) {
-                    out.leaves.push(leaf);
-                }
-            }
             kids.clear();
             g.children(&node, &mut kids)?;
+            if kids.is_empty() {
+                if let Some(leaf) = g.leaf(&node)? {
+                    if seen_leaves.insert(leaf) {
+                        out.leaves.push(leaf);
+                    }
+                }
+            }
             out.edges += kids.len();
             for k in kids.drain(..) {
                 if seen.insert(g.id(&k)) {

@@ -226,6 +226,55 @@ pub struct ScalerStepRec {
     pub location: Option<Location>,
 }
 
+/// Where the op-level capture saw a parameter's influence stop reaching the loss: the cut
+/// (an op whose inputs need grad and whose outputs do not) that the loss depends on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CutRec {
+    /// The schema category: `detach`, `data_attr`, `no_grad`, `rewrap`, `numpy_roundtrip`,
+    /// `non_differentiable`, `loss_rewrap`.
+    pub kind: String,
+    /// The op as the user wrote it, e.g. `Tensor.detach`, `torch.tensor`.
+    pub op: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+    /// Other places in the chain: the `no_grad` entry, where a round trip left the graph.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<crate::finding::Related>,
+    /// Tensor keys whose only path to the loss goes through this cut.
+    #[serde(default)]
+    pub params: Vec<u64>,
+    /// Autograd nodes from a parameter up to the cut.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
+    /// Which observed step it was recorded in (1-based).
+    #[serde(default)]
+    pub step: u32,
+}
+
+/// An in-place op on a tensor that autograd had saved, matched to the error it caused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InplaceRec {
+    pub op: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+    /// Where the tensor was consumed (and saved for backward) before the in-place op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_at: Option<Location>,
+    /// Where the tensor was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Location>,
+    /// The backward node named by the error (`ReluBackward0`).
+    #[serde(default)]
+    pub node: String,
+    #[serde(default)]
+    pub shape: Vec<i64>,
+    #[serde(default)]
+    pub version: u64,
+    /// `inplace_saved` or `inplace_leaf`.
+    #[serde(default)]
+    pub kind: String,
+}
+
 /// The exception a script ended with.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ScriptError {
@@ -268,6 +317,12 @@ pub struct Capture {
     /// Forward calls of model roots observed.
     #[serde(default)]
     pub root_calls: u32,
+    /// Op-level: cuts between parameters and the loss, with their lines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cuts: Vec<CutRec>,
+    /// Op-level: in-place ops matched to an autograd error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inplace: Vec<InplaceRec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ScriptError>,
     /// Notes from the tracer itself (a hook that failed, a region it could not see).
@@ -293,6 +348,8 @@ impl Default for Capture {
             zero_grads: Vec::new(),
             scaler_steps: Vec::new(),
             root_calls: 0,
+            cuts: Vec::new(),
+            inplace: Vec::new(),
             error: None,
             notes: Vec::new(),
         }

@@ -8,13 +8,13 @@ use pyo3::types::{PyDict, PyTuple};
 ///
 /// Whether a node type carries `variable` is looked up once per type: asking every node
 /// would raise and discard an `AttributeError` per node, the most expensive thing in a walk.
-struct Live<'py> {
+pub(crate) struct Live<'py> {
     py: Python<'py>,
     leaf_types: rustc_hash::FxHashMap<usize, bool>,
 }
 
 impl<'py> Live<'py> {
-    fn new(py: Python<'py>) -> Self {
+    pub(crate) fn new(py: Python<'py>) -> Self {
         Live {
             py,
             leaf_types: Default::default(),

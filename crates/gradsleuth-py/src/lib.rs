@@ -18,6 +18,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 mod graph;
+mod oplog;
 
 type Loc3 = (Option<String>, Option<u32>, Option<String>);
 
@@ -393,6 +394,19 @@ impl Recorder {
         }
     }
 
+    /// Keys of every tensor some backward reached so far.
+    fn reached_keys(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .capture
+            .backwards
+            .iter()
+            .flat_map(|b| b.reached.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     #[getter]
     fn backward_count(&self) -> usize {
         self.capture.backwards.len()
@@ -482,6 +496,7 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
+    m.add_class::<oplog::OpLog>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(render, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;

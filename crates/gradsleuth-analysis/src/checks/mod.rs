@@ -12,7 +12,10 @@ use gradsleuth_model::{Category, Finding, Location};
 use crate::Context;
 
 pub mod buffer_not_param;
+pub mod fixed_model;
 pub mod frozen;
+pub mod graph_cut;
+pub mod inplace;
 pub mod no_backward;
 pub mod non_leaf_param;
 pub mod optimizer_missing;
@@ -37,10 +40,20 @@ pub struct Check {
 /// Every check, in the order they run (specific first, catch-all last).
 pub const ALL: &[Check] = &[
     no_backward::CHECK,
+    fixed_model::CHECK,
     non_leaf_param::CHECK,
     buffer_not_param::CHECK,
     unregistered::CHECK,
     recreated_weights::CHECK,
+    graph_cut::detach::CHECK,
+    graph_cut::data_attr::CHECK,
+    graph_cut::no_grad::CHECK,
+    graph_cut::rewrap::CHECK,
+    graph_cut::numpy_roundtrip::CHECK,
+    graph_cut::loss_rewrap::CHECK,
+    graph_cut::non_differentiable::CHECK,
+    inplace::saved::CHECK,
+    inplace::leaf::CHECK,
     frozen::CHECK,
     scaler_skipped::CHECK,
     zero_grad_order::CHECK,
@@ -139,7 +152,7 @@ pub fn plural(n: usize, word: &str) -> String {
 
 /// The module's display name: its qualified name, or its class for a root.
 pub fn module_name(m: &ModuleRec) -> String {
-    if m.name.is_empty() || m.kind == gradsleuth_model::capture::ModuleKind::Root {
+    if m.name.is_empty() {
         m.class.clone()
     } else {
         m.name.clone()
@@ -199,7 +212,7 @@ mod tests {
         let mut seen = HashSet::new();
         for c in ALL {
             assert!(seen.insert(c.code), "duplicate code {}", c.code);
-            assert!(c.code.starts_with("GS1") && c.code.len() == 5, "{}", c.code);
+            assert!(c.code.starts_with("GS") && c.code.len() == 5, "{}", c.code);
             assert!(c.doc.len() > 80, "{} needs a real doc text", c.code);
         }
         assert!(by_code("GS103").is_some());

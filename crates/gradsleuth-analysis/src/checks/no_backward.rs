@@ -37,7 +37,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
     )
     .fix("Run the script so that it reaches the training loop (check its arguments, and that the data loader yields batches), or use `gradsleuth.diagnose(model, batch, loss_fn)` on one batch.");
     if cap.error.is_some() {
+        // The traceback (and any finding explaining it) says more; this is context.
         f.message = format!("The script failed before any backward() call: {what}.");
+        f.severity = Severity::Info;
     }
     vec![f]
 }

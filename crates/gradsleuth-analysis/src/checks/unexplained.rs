@@ -20,30 +20,6 @@ pub const CHECK: Check = Check {
     run,
 };
 
-/// A model run here only as a fixed function: none of its parameters is held by an optimizer
-/// and no backward reached any of them (a DQN target network, an EMA teacher, a frozen
-/// reference model). Its parameters are not expected to learn.
-fn fixed_models(ctx: &Context) -> std::collections::HashSet<u64> {
-    let mut stats: std::collections::HashMap<u64, (bool, bool)> = Default::default();
-    for (t, f) in ctx.facts.iter() {
-        let Some(root) = t
-            .module
-            .and_then(|m| ctx.capture.module(m))
-            .and_then(|m| m.root)
-        else {
-            continue;
-        };
-        let e = stats.entry(root).or_insert((true, true));
-        e.0 &= f.optimizers.is_empty();
-        e.1 &= !f.reached() && !f.grad_nonzero();
-    }
-    stats
-        .into_iter()
-        .filter(|(_, (no_opt, unreached))| *no_opt && *unreached)
-        .map(|(k, _)| k)
-        .collect()
-}
-
 /// Zero-gradient parameters of a module whose other parameters learn: the loss is invariant
 /// to them (a bias that cancels in a difference or before a normalisation).
 fn invariant(ctx: &Context, key: u64) -> bool {
@@ -56,24 +32,16 @@ fn invariant(ctx: &Context, key: u64) -> bool {
 }
 
 fn run(ctx: &Context) -> Vec<Finding> {
-    let fixed = if ctx.facts.any_optimizer_step {
-        fixed_models(ctx)
-    } else {
-        Default::default()
-    };
+    // If every backward failed, "no gradient" is the failure's consequence, not a finding.
+    if !ctx.capture.backwards.is_empty() && ctx.capture.backwards.iter().all(|b| b.error.is_some())
+    {
+        return Vec::new();
+    }
     let mut out = Vec::new();
     let mut by_status: std::collections::BTreeMap<ParamStatus, Vec<u64>> = Default::default();
     let mut invariant_keys = Vec::new();
     for (t, f) in ctx.facts.iter() {
         if !f.visible || ctx.is_claimed(t.key) {
-            continue;
-        }
-        let root = t
-            .module
-            .and_then(|m| ctx.capture.module(m))
-            .and_then(|m| m.root);
-        if root.is_some_and(|r| fixed.contains(&r)) {
-            ctx.claim([t.key]);
             continue;
         }
         let tiny = f.status == ParamStatus::GradZero
@@ -207,17 +175,6 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].params, vec!["fc.bias"]);
         assert!(f[0].message.contains("ran in forward"));
-    }
-
-    #[test]
-    fn a_model_never_optimized_nor_reached_is_a_fixed_model() {
-        use gradsleuth_model::capture::ModuleKind;
-        let mut s = healthy(2);
-        s.module(5, "Sequential", "target", None, ModuleKind::Root, 2)
-            .runs_no_grad = 2;
-        s.module(6, "Linear", "0", Some(5), ModuleKind::Registered, 2);
-        s.param(50, "target.0.weight", 6);
-        assert!(s.run(&CHECK).is_empty());
     }
 
     #[test]

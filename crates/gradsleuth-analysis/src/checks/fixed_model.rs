@@ -1,0 +1,112 @@
+//! GS190 `fixed_model`: a model that is run but never trained here (a DQN target network, an
+//! EMA teacher, a frozen reference). Said once as info so its parameters are not reported as
+//! "not learning" by the checks after it.
+
+use std::collections::{HashMap, HashSet};
+
+use gradsleuth_model::{Category, Finding, Severity};
+
+use super::{plural, Check};
+use crate::Context;
+
+pub const CHECK: Check = Check {
+    code: "GS190",
+    name: "fixed-model",
+    category: Category::Other,
+    doc: "A model whose parameters no optimizer holds and that no backward ever reaches, while \
+          other models are trained, is used as a fixed function: a target network updated by \
+          copying, an EMA teacher, a frozen reference model. That is deliberate; gradsleuth \
+          says so once (info) instead of reporting each of its parameters as not learning.",
+    run,
+};
+
+/// Roots whose parameters are in no optimizer and reached by no backward.
+pub fn fixed_models(ctx: &Context) -> HashSet<u64> {
+    let mut stats: HashMap<u64, (bool, bool)> = HashMap::new();
+    for (t, f) in ctx.facts.iter() {
+        let Some(root) = t
+            .module
+            .and_then(|m| ctx.capture.module(m))
+            .and_then(|m| m.root)
+        else {
+            continue;
+        };
+        let e = stats.entry(root).or_insert((true, true));
+        e.0 &= f.optimizers.is_empty();
+        e.1 &= !f.reached() && !f.grad_nonzero();
+    }
+    stats
+        .into_iter()
+        .filter(|(_, (no_opt, unreached))| *no_opt && *unreached)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    if !ctx.facts.any_optimizer_step {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for root in fixed_models(ctx) {
+        let keys: Vec<u64> = ctx
+            .facts
+            .iter()
+            .filter(|(t, f)| {
+                f.visible
+                    && t.requires_grad
+                    && t.module
+                        .and_then(|m| ctx.capture.module(m))
+                        .and_then(|m| m.root)
+                        == Some(root)
+            })
+            .map(|(t, _)| t.key)
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let class = ctx
+            .capture
+            .module(root)
+            .map_or("model".to_owned(), |m| m.class.clone());
+        ctx.claim(keys.iter().copied());
+        out.push(
+            Finding::new(
+                CHECK.code,
+                CHECK.category,
+                Severity::Info,
+                format!("`{class}` ({}) is used as a fixed model: no optimizer holds it and no backward reaches it (a target network or a teacher).", plural(keys.len(), "parameter")),
+            )
+            .params(super::names(ctx, &keys)),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use gradsleuth_model::capture::ModuleKind;
+
+    #[test]
+    fn a_target_network_is_info() {
+        let mut s = healthy(2);
+        s.module(5, "Sequential", "", None, ModuleKind::Root, 2)
+            .runs_no_grad = 2;
+        s.module(6, "Linear", "0", Some(5), ModuleKind::Registered, 2);
+        s.param(50, "target.0.weight", 6);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(s
+            .report()
+            .findings
+            .iter()
+            .all(|f| f.severity == Severity::Info));
+    }
+
+    #[test]
+    fn the_trained_model_is_not_fixed() {
+        assert!(healthy(2).run(&CHECK).is_empty());
+    }
+}

@@ -1,0 +1,1005 @@
+//! Op-level capture: every torch call the user's code makes during the deep step arrives here
+//! from the tracer's `TorchFunctionMode` (which only forwards). For each op this records:
+//!
+//! * **cuts**: inputs need grad, outputs do not (or the output is a Python value). Each cut is
+//!   classified from the op (`detach`, `.data`, a grad-disabled region, `torch.tensor(t)`,
+//!   argmax-like ops, `.item()`/`.tolist()`/`.numpy()` exits) and keeps its inputs' autograd
+//!   nodes until the step is resolved;
+//! * **taint**: which cuts each tensor (and each Python value that left the graph) depends on,
+//!   so a value that comes back through `torch.tensor(values)` is linked to where it left,
+//!   and the loss knows which cuts it depends on;
+//! * **in-place ops**, with where their target was created and first consumed, so an
+//!   "modified by an inplace operation" error can be answered with the exact lines.
+//!
+//! At the end of the step, [`OpLog::resolve`] walks back from the cuts the loss depends on and
+//! attributes every parameter the backward did not reach to the cut on its path, writing
+//! [`CutRec`]s into the capture. Identities are object addresses, valid within one step; a
+//! new output at a reused address resets what was known about the address.
+
+use std::sync::Arc;
+
+use gradsleuth_graph::{path_to_leaf, walk as walk_graph};
+use gradsleuth_model::capture::{CutRec, InplaceRec};
+use gradsleuth_model::{Location, Related};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::graph::Live;
+use crate::Recorder;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Plain,
+    Detach,
+    Data,
+    /// `.item()`, `.tolist()`, `.numpy()`: the value leaves autograd as a Python object.
+    ValueExit,
+    /// `torch.tensor`, `torch.as_tensor`, `torch.from_numpy`, `Tensor.new_tensor`.
+    Construct,
+    NonDiff,
+    GradMode,
+    RequiresGrad,
+    /// Never a cut: constructors shaped like an input (`zeros_like`, `new_zeros`), metadata
+    /// (`.shape`, `.grad`, `.device` getters).
+    Ignore,
+}
+
+struct FuncInfo {
+    name: Arc<str>,
+    kind: Kind,
+    inplace: bool,
+}
+
+#[derive(Clone)]
+struct Site {
+    file: Arc<str>,
+    line: u32,
+    function: Arc<str>,
+}
+
+impl Site {
+    fn location(&self, rec: &mut Recorder) -> Option<Location> {
+        rec.loc(
+            Some(self.file.to_string()),
+            Some(self.line),
+            Some(self.function.to_string()),
+        )
+    }
+}
+
+struct Cut {
+    kind: &'static str,
+    /// The output keeps its history but every gradient through it is zero (round, floor,
+    /// sign...): it explains zero gradients, not missing ones.
+    soft: bool,
+    op: Arc<str>,
+    site: Option<Site>,
+    related: Vec<(Site, &'static str)>,
+    /// Autograd nodes of the inputs that needed grad.
+    nodes: Vec<Py<PyAny>>,
+    /// Addresses of leaf inputs that needed grad (parameters used directly).
+    leaves: Vec<usize>,
+}
+
+struct Inplace {
+    op: Arc<str>,
+    site: Option<Site>,
+    target: usize,
+    version: u64,
+    prev_node: Option<String>,
+    /// The node the tensor has after the in-place op (errors may name this one).
+    node: Option<String>,
+    shape: Vec<i64>,
+    created: Option<Site>,
+    consumed: Option<Site>,
+}
+
+const NON_DIFF: &[&str] = &[
+    "argmax",
+    "argmin",
+    "argsort",
+    "round",
+    "floor",
+    "ceil",
+    "sign",
+    "trunc",
+    "frac",
+    "eq",
+    "ne",
+    "lt",
+    "gt",
+    "le",
+    "ge",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__gt__",
+    "__le__",
+    "__ge__",
+    "long",
+    "int",
+    "bool",
+    "byte",
+    "char",
+    "short",
+    "searchsorted",
+    "bucketize",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "nonzero",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "one_hot",
+    "unique",
+    "histc",
+];
+
+/// The op log of one deep step.
+#[pyclass(module = "gradsleuth._core")]
+pub struct OpLog {
+    funcs: FxHashMap<usize, FuncInfo>,
+    /// Code object address -> (file, qualname), or None for frames to skip.
+    codes: FxHashMap<usize, Option<(Arc<str>, Arc<str>)>>,
+    skip_prefixes: Vec<String>,
+    tensor_type: Py<PyAny>,
+    is_grad_enabled: Py<PyAny>,
+    getframe: Py<PyAny>,
+    taint: FxHashMap<usize, Vec<u32>>,
+    values: FxHashMap<usize, Vec<u32>>,
+    cuts: Vec<Cut>,
+    grad_off: Vec<Site>,
+    created: FxHashMap<usize, Site>,
+    consumed: FxHashMap<usize, Site>,
+    requires_grad_set: FxHashMap<usize, Site>,
+    construct_site: FxHashMap<usize, (Site, Vec<u32>)>,
+    inplace: Vec<Inplace>,
+    loss_taint: Vec<u32>,
+    loss_rewraps: Vec<(Option<Site>, Vec<u32>)>,
+    step: u32,
+    #[pyo3(get)]
+    ops: u64,
+    #[pyo3(get)]
+    errors: u64,
+}
+
+fn has<T: PartialEq>(v: &[T], x: &T) -> bool {
+    v.iter().any(|y| y == x)
+}
+
+fn union(into: &mut Vec<u32>, from: &[u32]) {
+    for x in from {
+        if !has(into, x) {
+            into.push(*x);
+        }
+    }
+}
+
+impl OpLog {
+    fn func_info(&mut self, func: &Bound<'_, PyAny>) -> &FuncInfo {
+        let key = func.as_ptr() as usize;
+        if !self.funcs.contains_key(&key) {
+            let qual: String = func
+                .getattr("__qualname__")
+                .or_else(|_| func.getattr("__name__"))
+                .and_then(|n| n.extract())
+                .unwrap_or_else(|_| "<op>".to_owned());
+            // `Tensor.data` arrives as the descriptor's `__get__`: name it by its owner.
+            let owner: Option<String> = func
+                .getattr("__self__")
+                .ok()
+                .and_then(|s| s.getattr("__name__").ok())
+                .and_then(|n| n.extract().ok());
+            let mut short = qual.rsplit('.').next().unwrap_or(&qual).to_owned();
+            let is_descriptor = qual.starts_with("getset_descriptor.");
+            if is_descriptor {
+                short = format!("{}.{}", owner.clone().unwrap_or_default(), short);
+            }
+            let name = if is_descriptor {
+                format!("Tensor.{}", owner.clone().unwrap_or_default())
+            } else if qual.starts_with("TensorBase.") || qual.starts_with("Tensor.") {
+                format!("Tensor.{}", qual.rsplit('.').next().unwrap_or(&qual))
+            } else if qual.starts_with("_VariableFunctionsClass.") {
+                format!("torch.{}", qual.rsplit('.').next().unwrap_or(&qual))
+            } else {
+                qual.clone()
+            };
+            let base = short.trim_start_matches("__").trim_end_matches("__");
+            let kind = match short.as_str() {
+                "detach" | "detach_" => Kind::Detach,
+                "data.__get__" => Kind::Data,
+                _ if is_descriptor && !short.ends_with(".__set__") => Kind::Ignore,
+                s if s.ends_with("_like") || (s.starts_with("new_") && s != "new_tensor") => {
+                    Kind::Ignore
+                }
+                "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
+                | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__"
+                | "__bool__" | "data_ptr" | "get_device" => Kind::Ignore,
+                "item" | "tolist" | "numpy" => Kind::ValueExit,
+                "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" => Kind::Construct,
+                "_set_grad_enabled" | "set_grad_enabled" => Kind::GradMode,
+                "requires_grad_" | "requires_grad.__set__" => Kind::RequiresGrad,
+                _ if NON_DIFF.contains(&base) => Kind::NonDiff,
+                _ => Kind::Plain,
+            };
+            let inplace = (short.ends_with('_')
+                && !short.ends_with("__")
+                && !matches!(kind, Kind::Detach | Kind::RequiresGrad))
+                || short.starts_with("__i") && short.ends_with("__")
+                || short == "__setitem__";
+            self.funcs.insert(
+                key,
+                FuncInfo {
+                    name: name.into(),
+                    kind,
+                    inplace,
+                },
+            );
+        }
+        &self.funcs[&key]
+    }
+
+    /// The innermost frame of the user's code.
+    fn site(&mut self, py: Python<'_>) -> Option<Site> {
+        let mut frame = self.getframe.bind(py).call1((1,)).ok()?;
+        for _ in 0..200 {
+            if frame.is_none() {
+                return None;
+            }
+            let code = frame.getattr(pyo3::intern!(py, "f_code")).ok()?;
+            let key = code.as_ptr() as usize;
+            let entry = match self.codes.get(&key) {
+                Some(e) => e.clone(),
+                None => {
+                    let file: String = code
+                        .getattr("co_filename")
+                        .and_then(|f| f.extract())
+                        .unwrap_or_default();
+                    let skip = file.starts_with('<')
+                        || self
+                            .skip_prefixes
+                            .iter()
+                            .any(|p| file.starts_with(p.as_str()));
+                    let e = if skip {
+                        None
+                    } else {
+                        let func: String = code
+                            .getattr("co_qualname")
+                            .or_else(|_| code.getattr("co_name"))
+                            .and_then(|f| f.extract())
+                            .unwrap_or_default();
+                        let abs = std::path::Path::new(&file);
+                        let file = if abs.is_absolute() {
+                            file
+                        } else {
+                            std::env::current_dir()
+                                .map(|d| d.join(abs).to_string_lossy().into_owned())
+                                .unwrap_or(file)
+                        };
+                        Some((Arc::<str>::from(file), Arc::<str>::from(func)))
+                    };
+                    self.codes.insert(key, e.clone());
+                    e
+                }
+            };
+            if let Some((file, function)) = entry {
+                let line: u32 = frame
+                    .getattr(pyo3::intern!(py, "f_lineno"))
+                    .and_then(|l| l.extract())
+                    .unwrap_or(0);
+                return Some(Site {
+                    file,
+                    line,
+                    function,
+                });
+            }
+            frame = frame.getattr(pyo3::intern!(py, "f_back")).ok()?;
+        }
+        None
+    }
+
+    fn is_tensor(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
+        obj.is_instance(self.tensor_type.bind(py)).unwrap_or(false)
+    }
+
+    /// Tensors among `obj` (a tensor, or a list/tuple of them, one level deep).
+    fn tensors<'py>(
+        &self,
+        py: Python<'py>,
+        obj: &Bound<'py, PyAny>,
+        out: &mut Vec<Bound<'py, PyAny>>,
+    ) {
+        if self.is_tensor(py, obj) {
+            out.push(obj.clone());
+        } else if let Ok(t) = obj.cast::<PyTuple>() {
+            for x in t.iter() {
+                if self.is_tensor(py, &x) {
+                    out.push(x);
+                }
+            }
+        } else if let Ok(l) = obj.cast::<PyList>() {
+            for x in l.iter().take(64) {
+                if self.is_tensor(py, &x) {
+                    out.push(x);
+                }
+            }
+        }
+    }
+
+    /// Taint carried by Python values (floats from `.item()`, lists from `.tolist()`, arrays).
+    fn value_taint(&self, obj: &Bound<'_, PyAny>, into: &mut Vec<u32>, depth: u32) {
+        if let Some(t) = self.values.get(&(obj.as_ptr() as usize)) {
+            union(into, t);
+        }
+        if depth > 2 {
+            return;
+        }
+        if let Ok(l) = obj.cast::<PyList>() {
+            for x in l.iter().take(4096) {
+                self.value_taint(&x, into, depth + 1);
+            }
+        } else if let Ok(t) = obj.cast::<PyTuple>() {
+            for x in t.iter().take(4096) {
+                self.value_taint(&x, into, depth + 1);
+            }
+        }
+    }
+
+    fn mark_values(&mut self, obj: &Bound<'_, PyAny>, taint: &[u32], depth: u32) {
+        union(self.values.entry(obj.as_ptr() as usize).or_default(), taint);
+        if depth > 2 {
+            return;
+        }
+        if let Ok(l) = obj.cast::<PyList>() {
+            for x in l.iter().take(4096) {
+                self.mark_values(&x, taint, depth + 1);
+            }
+        }
+    }
+
+    fn record(
+        &mut self,
+        py: Python<'_>,
+        func: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.ops += 1;
+        let (name, kind, mut inplace) = {
+            let f = self.func_info(func);
+            (f.name.clone(), f.kind, f.inplace)
+        };
+        if let Some(kw) = kwargs {
+            if let Ok(Some(v)) = kw.get_item("inplace") {
+                inplace |= v.is_truthy().unwrap_or(false);
+            }
+        }
+        if kind == Kind::GradMode {
+            let enabled = args.get_item(0).and_then(|a| a.is_truthy()).unwrap_or(true);
+            if enabled {
+                self.grad_off.pop();
+            } else if let Some(site) = self.site(py) {
+                self.grad_off.push(site);
+            }
+            return Ok(());
+        }
+        let mut inputs: Vec<Bound<'_, PyAny>> = Vec::new();
+        for a in args.iter() {
+            self.tensors(py, &a, &mut inputs);
+        }
+        if let Some(kw) = kwargs {
+            for (_, v) in kw.iter() {
+                self.tensors(py, &v, &mut inputs);
+            }
+        }
+        let mut taint: Vec<u32> = Vec::new();
+        let mut needs_grad: Vec<Bound<'_, PyAny>> = Vec::new();
+        for t in &inputs {
+            if let Some(ts) = self.taint.get(&(t.as_ptr() as usize)) {
+                union(&mut taint, ts);
+            }
+            if t.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
+                needs_grad.push(t.clone());
+            }
+        }
+        if kind == Kind::Construct {
+            if let Ok(data) = args.get_item(0) {
+                self.value_taint(&data, &mut taint, 0);
+            }
+        }
+        let mut outputs: Vec<Bound<'_, PyAny>> = Vec::new();
+        self.tensors(py, out, &mut outputs);
+        let mut out_needs_grad = false;
+        for o in &outputs {
+            if o.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
+                out_needs_grad = true;
+                break;
+            }
+        }
+        let mut site: Option<Option<Site>> = None;
+        let value_exit = kind == Kind::ValueExit;
+        if kind != Kind::Ignore
+            && !needs_grad.is_empty()
+            && (value_exit || (!outputs.is_empty() && !out_needs_grad))
+        {
+            let grad_enabled = self.is_grad_enabled.bind(py).call0()?.is_truthy()?;
+            let mut related = Vec::new();
+            let cut_kind = match kind {
+                Kind::Detach => "detach",
+                Kind::Data => "data_attr",
+                Kind::ValueExit => "numpy_roundtrip",
+                Kind::Construct => "rewrap",
+                _ if !grad_enabled => {
+                    if let Some(s) = self.grad_off.last() {
+                        related.push((s.clone(), "gradient recording disabled here"));
+                    }
+                    "no_grad"
+                }
+                // argmax-like ops, integer/bool casts, comparisons, and any other op whose
+                // output does not need grad while its input does.
+                _ => "non_differentiable",
+            };
+            let mut nodes = Vec::new();
+            let mut leaves = Vec::new();
+            for t in &needs_grad {
+                let gf = t.getattr(pyo3::intern!(py, "grad_fn"))?;
+                if gf.is_none() {
+                    leaves.push(t.as_ptr() as usize);
+                } else {
+                    nodes.push(gf.unbind());
+                }
+            }
+            let s = self.site(py);
+            site = Some(s.clone());
+            let id = self.cuts.len() as u32;
+            self.cuts.push(Cut {
+                kind: cut_kind,
+                op: name.clone(),
+                site: s,
+                related,
+                nodes,
+                leaves,
+                soft: false,
+            });
+            taint.push(id);
+        } else if kind == Kind::NonDiff && out_needs_grad && !needs_grad.is_empty() {
+            // round/floor/sign keep a grad_fn whose gradient is zero everywhere.
+            let mut nodes = Vec::new();
+            let mut leaves = Vec::new();
+            for t in &needs_grad {
+                let gf = t.getattr(pyo3::intern!(py, "grad_fn"))?;
+                if gf.is_none() {
+                    leaves.push(t.as_ptr() as usize);
+                } else {
+                    nodes.push(gf.unbind());
+                }
+            }
+            let s = self.site(py);
+            site = Some(s.clone());
+            let id = self.cuts.len() as u32;
+            self.cuts.push(Cut {
+                kind: "non_differentiable",
+                op: name.clone(),
+                site: s,
+                related: Vec::new(),
+                nodes,
+                leaves,
+                soft: true,
+            });
+            taint.push(id);
+        }
+        if value_exit && !taint.is_empty() {
+            // Values leaving autograd carry what they depend on into Python.
+            self.mark_values(out, &taint, 0);
+        }
+        if kind == Kind::Ignore {
+            taint.clear();
+        }
+        let site_now = |me: &mut Self, site: &mut Option<Option<Site>>| -> Option<Site> {
+            if site.is_none() {
+                *site = Some(me.site(py));
+            }
+            site.clone().flatten()
+        };
+        if kind == Kind::Construct && !taint.is_empty() {
+            // A value that left the graph came back: where it came back is part of the chain.
+            if let Some(s) = site_now(self, &mut site) {
+                for &c in &taint {
+                    if let Some(cut) = self.cuts.get_mut(c as usize) {
+                        if cut.kind == "numpy_roundtrip" && cut.related.is_empty() {
+                            cut.related
+                                .push((s.clone(), "the value comes back into torch here"));
+                        }
+                    }
+                }
+            }
+        }
+        let input_ptrs: FxHashSet<usize> = inputs.iter().map(|t| t.as_ptr() as usize).collect();
+        for o in &outputs {
+            let ptr = o.as_ptr() as usize;
+            if taint.is_empty() {
+                self.taint.remove(&ptr);
+            } else {
+                self.taint.insert(ptr, taint.clone());
+            }
+            if !input_ptrs.contains(&ptr) {
+                // A new tensor at this address: forget what the address meant before.
+                self.consumed.remove(&ptr);
+                self.requires_grad_set.remove(&ptr);
+                self.construct_site.remove(&ptr);
+                if out_needs_grad || kind == Kind::Construct {
+                    if let Some(s) = site_now(self, &mut site) {
+                        if out_needs_grad {
+                            self.created.insert(ptr, s.clone());
+                        }
+                        if kind == Kind::Construct {
+                            self.construct_site.insert(ptr, (s, taint.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        if kind == Kind::RequiresGrad {
+            if let (Ok(t), Some(s)) = (args.get_item(0), site_now(self, &mut site)) {
+                self.requires_grad_set.insert(t.as_ptr() as usize, s);
+            }
+        }
+        if !needs_grad.is_empty() {
+            let mut s = None;
+            for t in &needs_grad {
+                let ptr = t.as_ptr() as usize;
+                if !self.consumed.contains_key(&ptr) {
+                    if s.is_none() {
+                        s = site_now(self, &mut site);
+                    }
+                    if let Some(s) = &s {
+                        self.consumed.insert(ptr, s.clone());
+                    }
+                }
+            }
+        }
+        if inplace {
+            if let Ok(target) = args.get_item(0) {
+                if self.is_tensor(py, &target) {
+                    let ptr = target.as_ptr() as usize;
+                    let version: u64 = target
+                        .getattr("_version")
+                        .and_then(|v| v.extract())
+                        .unwrap_or(0);
+                    let grad_fn = target.getattr("grad_fn").ok().filter(|g| !g.is_none());
+                    let node = grad_fn
+                        .as_ref()
+                        .and_then(|g| g.get_type().name().ok().map(|s| s.to_string()));
+                    let prev_node = grad_fn
+                        .and_then(|g| g.getattr("next_functions").ok())
+                        .and_then(|n| n.get_item(0).ok())
+                        .and_then(|e| e.get_item(0).ok())
+                        .filter(|n| !n.is_none())
+                        .and_then(|n| n.get_type().name().ok().map(|s| s.to_string()));
+                    let shape: Vec<i64> = target
+                        .getattr("shape")
+                        .and_then(|s| s.extract())
+                        .unwrap_or_default();
+                    let s = site_now(self, &mut site);
+                    self.inplace.push(Inplace {
+                        op: name.clone(),
+                        site: s,
+                        target: ptr,
+                        version,
+                        prev_node,
+                        node,
+                        shape,
+                        created: self.created.get(&ptr).cloned(),
+                        consumed: self.consumed.get(&ptr).cloned(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses PyTorch's in-place error: `[torch.FloatTensor [4, 8]], which is output 0 of
+/// ReluBackward0, is at version 2; expected version 1 instead`.
+pub fn parse_inplace_error(msg: &str) -> Option<(Vec<i64>, String, u64, u64)> {
+    let shape = msg
+        .split("Tensor [")
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+        .map(|s| {
+            s.split(',')
+                .filter_map(|x| x.trim().parse::<i64>().ok())
+                .collect::<Vec<_>>()
+        });
+    let node = msg.split("output 0 of ").nth(1).or_else(|| {
+        msg.split("output ")
+            .nth(1)
+            .and_then(|r| r.split(" of ").nth(1))
+    })?;
+    let node: String = node
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    let at: u64 = msg
+        .split("is at version ")
+        .nth(1)?
+        .split(';')
+        .next()?
+        .trim()
+        .parse()
+        .ok()?;
+    let expected: u64 = msg
+        .split("expected version ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((shape.unwrap_or_default(), node, at, expected))
+}
+
+#[pymethods]
+impl OpLog {
+    #[new]
+    fn new(py: Python<'_>, skip_prefixes: Vec<String>, step: u32) -> PyResult<Self> {
+        let torch = py.import("torch")?;
+        Ok(OpLog {
+            funcs: Default::default(),
+            codes: Default::default(),
+            skip_prefixes,
+            tensor_type: torch.getattr("Tensor")?.unbind(),
+            is_grad_enabled: torch.getattr("is_grad_enabled")?.unbind(),
+            getframe: py.import("sys")?.getattr("_getframe")?.unbind(),
+            taint: Default::default(),
+            values: Default::default(),
+            cuts: Vec::new(),
+            grad_off: Vec::new(),
+            created: Default::default(),
+            consumed: Default::default(),
+            requires_grad_set: Default::default(),
+            construct_site: Default::default(),
+            inplace: Vec::new(),
+            loss_taint: Vec::new(),
+            loss_rewraps: Vec::new(),
+            step,
+            ops: 0,
+            errors: 0,
+        })
+    }
+
+    /// One op: `func(*args, **kwargs)` returned `out`. Never raises.
+    #[pyo3(signature = (func, args, kwargs, out))]
+    fn op(
+        &mut self,
+        py: Python<'_>,
+        func: Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        kwargs: Option<Bound<'_, PyDict>>,
+        out: Bound<'_, PyAny>,
+    ) {
+        if self
+            .record(py, &func, &args, kwargs.as_ref(), &out)
+            .is_err()
+        {
+            self.errors += 1;
+        }
+    }
+
+    /// The grad mode when capture starts (a step that begins inside `no_grad`).
+    fn grad_disabled_at_start(&mut self, py: Python<'_>) {
+        if let Some(s) = self.site(py) {
+            self.grad_off.push(s);
+        }
+    }
+
+    /// A backward starts from `loss`: remember which cuts it depends on.
+    fn loss(&mut self, py: Python<'_>, loss: Bound<'_, PyAny>) {
+        let ptr = loss.as_ptr() as usize;
+        let mut taint = self.taint.get(&ptr).cloned().unwrap_or_default();
+        let is_leaf = loss
+            .getattr("grad_fn")
+            .map(|g| g.is_none())
+            .unwrap_or(false);
+        let requires = loss
+            .getattr("requires_grad")
+            .and_then(|r| r.is_truthy())
+            .unwrap_or(false);
+        if is_leaf && requires {
+            // A leaf loss: made with requires_grad=True (or requires_grad_()) from values
+            // that had left the graph. Nothing upstream of it can learn.
+            let site = self
+                .requires_grad_set
+                .get(&ptr)
+                .cloned()
+                .or_else(|| self.construct_site.get(&ptr).map(|(s, _)| s.clone()))
+                .or_else(|| self.created.get(&ptr).cloned());
+            if let Some((_, t)) = self.construct_site.get(&ptr) {
+                union(&mut taint, t);
+            }
+            self.loss_rewraps.push((site, taint.clone()));
+        }
+        let _ = py;
+        union(&mut self.loss_taint, &taint);
+    }
+
+    /// Attributes parameters the backward did not reach (`unreached`: address -> key) and
+    /// those whose gradient was exactly zero (`zero`) to the cuts the loss depends on, and
+    /// writes them into the capture. A parameter behind several cuts is named by each (all
+    /// must change). Releases every reference.
+    fn resolve<'py>(
+        &mut self,
+        py: Python<'py>,
+        mut recorder: PyRefMut<'_, Recorder>,
+        unreached: FxHashMap<usize, u64>,
+        zero: FxHashMap<usize, u64>,
+    ) {
+        let mut order: Vec<u32> = self.loss_taint.clone();
+        order.sort_unstable();
+        // `.item()` exits that only feed a re-made leaf loss are told by the loss_rewrap finding.
+        let rewrap_exits: FxHashSet<u32> = self
+            .loss_rewraps
+            .iter()
+            .flat_map(|(_, t)| t.iter().copied())
+            .filter(|id| {
+                self.cuts
+                    .get(*id as usize)
+                    .is_some_and(|c| c.kind == "numpy_roundtrip")
+            })
+            .collect();
+        let mut out: Vec<CutRec> = Vec::new();
+        let mut explained: FxHashSet<u64> = FxHashSet::default();
+        let mut src = Live::new(py);
+        for id in order {
+            let Some(cut) = self.cuts.get(id as usize) else {
+                continue;
+            };
+            if rewrap_exits.contains(&id) {
+                continue;
+            }
+            let pool = if cut.soft { &zero } else { &unreached };
+            let (params, first_leaf) = reach(py, cut, pool, &mut src);
+            if params.is_empty() {
+                continue;
+            }
+            explained.extend(params.iter().copied());
+            // Names are final only at the end of the run: the analysis puts the parameter first.
+            let mut chain = Vec::new();
+            if let (Some(leaf), Some(root)) = (first_leaf, cut.nodes.first()) {
+                if let Ok(Some(path)) =
+                    path_to_leaf(&mut src, root.bind(py).clone(), leaf, 100_000, |_, n| {
+                        n.get_type()
+                            .name()
+                            .map(|s| s.to_string())
+                            .unwrap_or_default()
+                    })
+                {
+                    chain.extend(path.into_iter().rev().skip(1).take(12));
+                }
+            }
+            let here = cut
+                .site
+                .as_ref()
+                .map(|s| format!(" at {}:{}", short(&s.file), s.line))
+                .unwrap_or_default();
+            chain.push(format!("✂ {}{here}", cut.op));
+            chain.push("loss".into());
+            let location = cut.site.as_ref().and_then(|s| s.location(&mut recorder));
+            let related: Vec<Related> = cut
+                .related
+                .iter()
+                .filter_map(|(s, m)| {
+                    Some(Related {
+                        location: s.location(&mut recorder)?,
+                        message: (*m).to_owned(),
+                    })
+                })
+                .collect();
+            out.push(CutRec {
+                kind: cut.kind.to_owned(),
+                op: cut.op.to_string(),
+                location,
+                related,
+                params,
+                chain,
+                step: self.step,
+            });
+        }
+        // A leaf loss: nothing upstream of it can learn, whatever path the values took.
+        for (site, taint) in &self.loss_rewraps {
+            let mut params: Vec<u64> = unreached.values().copied().collect();
+            params.sort_unstable();
+            let mut related = Vec::new();
+            // Where the value left autograd: the exits it carries, else any cut reaching them.
+            let exits: Vec<&Cut> = taint
+                .iter()
+                .filter_map(|id| self.cuts.get(*id as usize))
+                .filter(|c| !c.soft)
+                .collect();
+            let exits = if exits.is_empty() {
+                self.cuts
+                    .iter()
+                    .filter(|c| !c.soft)
+                    .filter(|c| !reach(py, c, &unreached, &mut src).0.is_empty())
+                    .take(1)
+                    .collect()
+            } else {
+                exits
+            };
+            for c in exits {
+                if let Some(l) = c.site.as_ref().and_then(|s| s.location(&mut recorder)) {
+                    related.push(Related {
+                        location: l,
+                        message: format!("`{}` takes the value out of autograd", c.op),
+                    });
+                }
+            }
+            out.push(CutRec {
+                kind: "loss_rewrap".into(),
+                op: "requires_grad=True".into(),
+                location: site.as_ref().and_then(|s| s.location(&mut recorder)),
+                related,
+                params,
+                chain: vec![
+                    "the loss's value is copied into a new leaf tensor".into(),
+                    "✂ backward starts at the copy".into(),
+                ],
+                step: self.step,
+            });
+        }
+        let _ = explained;
+        recorder.capture.cuts.extend(out);
+        self.clear();
+    }
+
+    /// Matches an in-place error raised by backward to the in-place op that caused it.
+    fn explain_error(&mut self, mut recorder: PyRefMut<'_, Recorder>, message: &str) -> bool {
+        if message.contains("a leaf Variable that requires grad") {
+            return false;
+        }
+        let Some((shape, node, at, expected)) = parse_inplace_error(message) else {
+            return false;
+        };
+        // The message names the tensor's node before or after the in-place op, sometimes
+        // shortened ("Add" for AddBackward0).
+        let names = |e: &&Inplace| {
+            [e.prev_node.as_deref(), e.node.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|n| n == node || n.starts_with(&node))
+        };
+        let hit = self
+            .inplace
+            .iter()
+            .filter(names)
+            .filter(|e| shape.is_empty() || e.shape == shape)
+            .find(|e| e.version > expected && e.version <= at)
+            .or_else(|| {
+                self.inplace
+                    .iter()
+                    .filter(names)
+                    .find(|e| e.version > expected && e.version <= at)
+            })
+            .or_else(|| {
+                self.inplace
+                    .iter()
+                    .filter(|e| e.shape == shape)
+                    .find(|e| e.version > expected && e.version <= at)
+            });
+        let Some(e) = hit else { return false };
+        let node = e.prev_node.clone().unwrap_or(node);
+        let rec = InplaceRec {
+            op: e.op.to_string(),
+            location: e.site.as_ref().and_then(|s| s.location(&mut recorder)),
+            saved_at: e.consumed.as_ref().and_then(|s| s.location(&mut recorder)),
+            created_at: e.created.as_ref().and_then(|s| s.location(&mut recorder)),
+            node,
+            shape: e.shape.clone(),
+            version: e.version,
+            kind: "inplace_saved".into(),
+        };
+        let _ = e.target;
+        recorder.capture.inplace.push(rec);
+        true
+    }
+
+    /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`.
+    fn failed(
+        &mut self,
+        py: Python<'_>,
+        mut recorder: PyRefMut<'_, Recorder>,
+        func: Bound<'_, PyAny>,
+        message: &str,
+    ) {
+        if !message.contains("a leaf Variable that requires grad") {
+            return;
+        }
+        let name = self.func_info(&func).name.to_string();
+        let location = self.site(py).and_then(|s| s.location(&mut recorder));
+        recorder.capture.inplace.push(InplaceRec {
+            op: name,
+            location,
+            kind: "inplace_leaf".into(),
+            ..Default::default()
+        });
+    }
+
+    /// Drops every reference and all step state.
+    fn clear(&mut self) {
+        self.cuts.clear();
+        self.taint.clear();
+        self.values.clear();
+        self.created.clear();
+        self.consumed.clear();
+        self.requires_grad_set.clear();
+        self.construct_site.clear();
+        self.inplace.clear();
+        self.loss_taint.clear();
+        self.loss_rewraps.clear();
+        self.grad_off.clear();
+    }
+
+    #[getter]
+    fn cut_count(&self) -> usize {
+        self.cuts.len()
+    }
+}
+
+/// Parameters in `pool` (address -> key) that the cut's inputs depend on, and the address of
+/// the first one found.
+fn reach<'py>(
+    py: Python<'py>,
+    cut: &Cut,
+    pool: &FxHashMap<usize, u64>,
+    src: &mut Live<'py>,
+) -> (Vec<u64>, Option<u64>) {
+    let roots: Vec<Bound<'py, PyAny>> = cut.nodes.iter().map(|n| n.bind(py).clone()).collect();
+    let mut leaves: Vec<u64> = cut.leaves.iter().map(|p| *p as u64).collect();
+    if let Ok(w) = walk_graph(src, roots, 5_000_000) {
+        leaves.extend(w.leaves);
+    }
+    let mut params = Vec::new();
+    let mut first = None;
+    for l in leaves {
+        if let Some(k) = pool.get(&(l as usize)) {
+            if !params.contains(k) {
+                params.push(*k);
+                first.get_or_insert(l);
+            }
+        }
+    }
+    (params, first)
+}
+
+fn short(file: &str) -> &str {
+    std::path::Path::new(file)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_inplace_error() {
+        let msg = "one of the variables needed for gradient computation has been modified by an inplace operation: [torch.FloatTensor [4, 8]], which is output 0 of ReluBackward0, is at version 2; expected version 1 instead. Hint: ...";
+        assert_eq!(
+            parse_inplace_error(msg),
+            Some((vec![4, 8], "ReluBackward0".into(), 2, 1))
+        );
+        assert_eq!(parse_inplace_error("something else"), None);
+    }
+
+    #[test]
+    fn non_diff_list_has_the_documented_ops() {
+        for op in [
+            "argmax", "round", "floor", "ceil", "sign", "long", "eq", "gt",
+        ] {
+            assert!(NON_DIFF.contains(&op), "{op}");
+        }
+    }
+}

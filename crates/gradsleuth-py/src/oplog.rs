@@ -51,6 +51,9 @@ struct FuncInfo {
     inplace: bool,
 }
 
+/// (file, qualname) of a user code object.
+type CodeInfo = (Arc<str>, Arc<str>);
+
 #[derive(Clone)]
 struct Site {
     file: Arc<str>,
@@ -142,7 +145,7 @@ const NON_DIFF: &[&str] = &[
 pub struct OpLog {
     funcs: FxHashMap<usize, FuncInfo>,
     /// Code object address -> (file, qualname), or None for frames to skip.
-    codes: FxHashMap<usize, Option<(Arc<str>, Arc<str>)>>,
+    codes: FxHashMap<usize, Option<CodeInfo>>,
     skip_prefixes: Vec<String>,
     tensor_type: Py<PyAny>,
     is_grad_enabled: Py<PyAny>,
@@ -179,66 +182,9 @@ fn union(into: &mut Vec<u32>, from: &[u32]) {
 
 impl OpLog {
     fn func_info(&mut self, func: &Bound<'_, PyAny>) -> &FuncInfo {
-        let key = func.as_ptr() as usize;
-        if !self.funcs.contains_key(&key) {
-            let qual: String = func
-                .getattr("__qualname__")
-                .or_else(|_| func.getattr("__name__"))
-                .and_then(|n| n.extract())
-                .unwrap_or_else(|_| "<op>".to_owned());
-            // `Tensor.data` arrives as the descriptor's `__get__`: name it by its owner.
-            let owner: Option<String> = func
-                .getattr("__self__")
-                .ok()
-                .and_then(|s| s.getattr("__name__").ok())
-                .and_then(|n| n.extract().ok());
-            let mut short = qual.rsplit('.').next().unwrap_or(&qual).to_owned();
-            let is_descriptor = qual.starts_with("getset_descriptor.");
-            if is_descriptor {
-                short = format!("{}.{}", owner.clone().unwrap_or_default(), short);
-            }
-            let name = if is_descriptor {
-                format!("Tensor.{}", owner.clone().unwrap_or_default())
-            } else if qual.starts_with("TensorBase.") || qual.starts_with("Tensor.") {
-                format!("Tensor.{}", qual.rsplit('.').next().unwrap_or(&qual))
-            } else if qual.starts_with("_VariableFunctionsClass.") {
-                format!("torch.{}", qual.rsplit('.').next().unwrap_or(&qual))
-            } else {
-                qual.clone()
-            };
-            let base = short.trim_start_matches("__").trim_end_matches("__");
-            let kind = match short.as_str() {
-                "detach" | "detach_" => Kind::Detach,
-                "data.__get__" => Kind::Data,
-                _ if is_descriptor && !short.ends_with(".__set__") => Kind::Ignore,
-                s if s.ends_with("_like") || (s.starts_with("new_") && s != "new_tensor") => {
-                    Kind::Ignore
-                }
-                "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
-                | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__"
-                | "__bool__" | "data_ptr" | "get_device" => Kind::Ignore,
-                "item" | "tolist" | "numpy" => Kind::ValueExit,
-                "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" => Kind::Construct,
-                "_set_grad_enabled" | "set_grad_enabled" => Kind::GradMode,
-                "requires_grad_" | "requires_grad.__set__" => Kind::RequiresGrad,
-                _ if NON_DIFF.contains(&base) => Kind::NonDiff,
-                _ => Kind::Plain,
-            };
-            let inplace = (short.ends_with('_')
-                && !short.ends_with("__")
-                && !matches!(kind, Kind::Detach | Kind::RequiresGrad))
-                || short.starts_with("__i") && short.ends_with("__")
-                || short == "__setitem__";
-            self.funcs.insert(
-                key,
-                FuncInfo {
-                    name: name.into(),
-                    kind,
-                    inplace,
-                },
-            );
-        }
-        &self.funcs[&key]
+        self.funcs
+            .entry(func.as_ptr() as usize)
+            .or_insert_with(|| classify(func))
     }
 
     /// The innermost frame of the user's code.
@@ -599,6 +545,61 @@ impl OpLog {
             }
         }
         Ok(())
+    }
+}
+
+/// Name and kind of a torch function, computed once per function object.
+fn classify(func: &Bound<'_, PyAny>) -> FuncInfo {
+    let qual: String = func
+        .getattr("__qualname__")
+        .or_else(|_| func.getattr("__name__"))
+        .and_then(|n| n.extract())
+        .unwrap_or_else(|_| "<op>".to_owned());
+    // `Tensor.data` arrives as the descriptor's `__get__`: name it by its owner.
+    let owner: Option<String> = func
+        .getattr("__self__")
+        .ok()
+        .and_then(|s| s.getattr("__name__").ok())
+        .and_then(|n| n.extract().ok());
+    let mut short = qual.rsplit('.').next().unwrap_or(&qual).to_owned();
+    let is_descriptor = qual.starts_with("getset_descriptor.");
+    if is_descriptor {
+        short = format!("{}.{}", owner.clone().unwrap_or_default(), short);
+    }
+    let name = if is_descriptor {
+        format!("Tensor.{}", owner.clone().unwrap_or_default())
+    } else if qual.starts_with("TensorBase.") || qual.starts_with("Tensor.") {
+        format!("Tensor.{}", qual.rsplit('.').next().unwrap_or(&qual))
+    } else if qual.starts_with("_VariableFunctionsClass.") {
+        format!("torch.{}", qual.rsplit('.').next().unwrap_or(&qual))
+    } else {
+        qual.clone()
+    };
+    let base = short.trim_start_matches("__").trim_end_matches("__");
+    let kind = match short.as_str() {
+        "detach" | "detach_" => Kind::Detach,
+        "data.__get__" => Kind::Data,
+        _ if is_descriptor && !short.ends_with(".__set__") => Kind::Ignore,
+        s if s.ends_with("_like") || (s.starts_with("new_") && s != "new_tensor") => Kind::Ignore,
+        "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
+        | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__" | "__bool__"
+        | "data_ptr" | "get_device" => Kind::Ignore,
+        "item" | "tolist" | "numpy" => Kind::ValueExit,
+        "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" => Kind::Construct,
+        "_set_grad_enabled" | "set_grad_enabled" => Kind::GradMode,
+        "requires_grad_" | "requires_grad.__set__" => Kind::RequiresGrad,
+        _ if NON_DIFF.contains(&base) => Kind::NonDiff,
+        _ => Kind::Plain,
+    };
+    let inplace = (short.ends_with('_')
+        && !short.ends_with("__")
+        && !matches!(kind, Kind::Detach | Kind::RequiresGrad))
+        || short.starts_with("__i") && short.ends_with("__")
+        || short == "__setitem__";
+    FuncInfo {
+        name: name.into(),
+        kind,
+        inplace,
     }
 }
 

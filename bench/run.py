@@ -7,6 +7,8 @@ walk: an autograd graph of about 1,000,000 nodes: the Rust walk (`gradsleuth._co
       pure-Python BFS over `next_functions`, vs reading every node's `next_functions` once.
 step: per-step cost of the three bench models (plain step = 1.00x) while gradsleuth observes,
       after its hooks are removed, and under `torch.autograd.detect_anomaly()`.
+op:   the op-level step (every torch call recorded, as in the first observed step) beside a
+      no-op Python TorchDispatchMode and `detect_anomaly()`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from gradsleuth._core import Recorder, walk
 from gradsleuth._tracer import Tracer
 
@@ -73,7 +74,11 @@ def bench_walk(n_nodes=1_000_000, repeats=3):
 
     timings = {"rust walk": [], "python BFS": [], "bare next_functions read": []}
     for _ in range(repeats):
-        for name, fn in (("rust walk", lambda: walk(root)), ("python BFS", lambda: python_bfs(root)), ("bare next_functions read", bare)):
+        for name, fn in (
+            ("rust walk", lambda: walk(root)),
+            ("python BFS", lambda: python_bfs(root)),
+            ("bare next_functions read", bare),
+        ):
             gc.collect()
             t0 = time.perf_counter()
             fn()
@@ -98,16 +103,27 @@ def mlp():
 
 def cnn():
     model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
     )
     return model, lambda: (torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))), F.cross_entropy
 
 
 def transformer():
     layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
-    model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Flatten(), nn.Linear(128 * 64, 4))
+    model = nn.Sequential(
+        nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Flatten(), nn.Linear(128 * 64, 4)
+    )
     return model, lambda: (torch.randn(8, 64, 128), torch.randint(0, 4, (8,))), F.cross_entropy
 
 
@@ -164,8 +180,44 @@ def bench_step(rounds=5, per_round=8):
         )
 
 
+def bench_op(rounds=5, per_round=8):
+    """The op-level step (every torch call recorded) beside the plain step, a no-op Python
+    TorchDispatchMode, and detect_anomaly."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class NoopDispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    print("\n## op-level step (median ms; ratio to the plain step), torch", torch.__version__, "CPU, 1 thread")
+    print(f"{'model':14}{'plain':>10}{'op-level':>18}{'no-op dispatch':>20}{'detect_anomaly':>20}")
+    for name, make in (("MLP 50x256", mlp), ("CNN 4-layer", cnn), ("transformer", transformer)):
+        torch.manual_seed(0)
+        model, data, loss_fn = make()
+        step = step_fn(model, data, loss_fn)
+        for _ in range(3):
+            step()
+        res = {"plain": [], "op": [], "noop": [], "anomaly": []}
+        for _ in range(rounds):
+            res["plain"].append(median_ms(step, per_round))
+            tracer = Tracer(Recorder("run", 10**6), 10**6, deep_all=True).start()
+            step()  # first sight: scan and hook registration
+            res["op"].append(median_ms(step, per_round))
+            tracer.finish()
+            res["noop"].append(median_ms(step, per_round, ctx=NoopDispatch))
+            res["anomaly"].append(median_ms(step, per_round, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True)))
+        med = {k: statistics.median(v) for k, v in res.items()}
+        p = med["plain"]
+        print(
+            f"{name:14}{p:10.2f}"
+            f"{med['op']:10.2f} ({med['op'] / p:4.2f}x)"
+            f"{med['noop']:12.2f} ({med['noop'] / p:4.2f}x)"
+            f"{med['anomaly']:12.2f} ({med['anomaly'] / p:4.2f}x)"
+        )
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step"]
+    which = sys.argv[1:] or ["walk", "step", "op"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -173,3 +225,5 @@ if __name__ == "__main__":
         bench_walk()
     if "step" in which:
         bench_step()
+    if "op" in which:
+        bench_op()

@@ -210,3 +210,48 @@ def test_parameters_are_bit_identical_with_and_without_gradsleuth(script, capsys
     plain = _run(script, traced=False)
     traced = _run(script, traced=True)
     assert plain == traced
+
+
+def _live_tensors() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+
+def test_a_deep_captured_step_leaves_no_tensor_alive():
+    """Op-level capture keeps autograd nodes only until its step is resolved."""
+    baseline = _live_tensors()
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.ReLU()) for _ in range(8)], nn.Linear(512, 4))
+    model[3].register_forward_hook(lambda m, i, o: o.detach())  # a cut, so the op log holds nodes
+    opt = torch.optim.Adam(model.parameters())
+    rec = Recorder("diagnose", 2)
+    tracer = Tracer(rec, 2).start()
+    for _ in range(2):
+        x = torch.randn(64, 512)
+        loss = F.cross_entropy(model(x), torch.randint(0, 4, (64,)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert tracer.done
+    cap = json.loads(rec.to_json())
+    assert cap["cuts"] and cap["cuts"][0]["kind"] == "detach"
+    del model, opt, x, loss, tracer
+    assert _live_tensors() <= baseline
+
+
+def test_compiled_submodule_is_reported_not_broken(tmp_path):
+    from conftest import run_gradsleuth
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "block = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)), backend='eager')\n"
+        "head = nn.Linear(8, 1)\nopt = torch.optim.Adam(list(block.parameters()) + list(head.parameters()))\n"
+        "for _ in range(3):\n    loss = head(block(torch.randn(4, 8))).pow(2).mean()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\nprint('trained')\n"
+    )
+    proc = run_gradsleuth("run", "--format", "json", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "global hooks" not in proc.stderr
+    report = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert any(f["code"] == "GS191" for f in report["findings"])
+    assert all(f["severity"] == "info" for f in report["findings"])

@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
     capture_path = os.environ.pop("GRADSLEUTH_CAPTURE", None)
     steps = int(os.environ.pop("GRADSLEUTH_STEPS", "3") or 3)
     stop_after = os.environ.pop("GRADSLEUTH_STOP_AFTER", "0") == "1"
+    deep_all = os.environ.pop("GRADSLEUTH_DEEP", "0") == "1"
     module = None
     if argv[:1] == ["-m"] and len(argv) > 1:
         module, args = argv[1], argv[2:]
@@ -111,7 +112,7 @@ def main(argv: list[str]) -> int:
                 sys.stderr.flush()
                 os._exit(0)
 
-        tracer = Tracer(rec, steps, on_done=on_done).start()
+        tracer = Tracer(rec, steps, on_done=on_done, deep_all=deep_all).start()
     except ImportError as e:
         rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
 

@@ -115,13 +115,16 @@ class Tracer:
     the capture and, with --stop-after, to end the script).
     """
 
-    def __init__(self, recorder, steps: int = 3, on_done=None, deep: bool = True):
+    def __init__(self, recorder, steps: int = 3, on_done=None, deep: bool = True, deep_all: bool = False):
         self.rec = recorder
-        # Op-level capture of the first iteration (every op, cuts, in-place ops).
-        self._deep = deep
+        # Op-level capture of the first iteration (every op, cuts, in-place ops); with
+        # deep_all, of every observed iteration.
+        self._deep = deep or deep_all
+        self._deep_all = deep_all
         self._oplog = None
         self._mode = None
         self._pending_pop: list = []
+        self._scanned: set[int] = set()
         self.steps = max(1, int(steps))
         self.on_done = on_done
         self.active = False
@@ -178,6 +181,10 @@ class Tracer:
             return self
         self.active = True
         self.rec.set_env(torch.__version__, sys.version.split()[0], "cpu")
+        # torch warns that global module hooks (ours) fire twice around torch.compile'd modules.
+        import warnings
+
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         from torch.nn.modules import module as module_mod
         from torch.optim import optimizer as optim_mod
 
@@ -283,7 +290,7 @@ class Tracer:
         """The deep step is over: attribute unreached parameters to cuts, drop the op log."""
         self._exit_op_mode()
         log, self._oplog = self._oplog, None
-        self._deep = False
+        self._deep = self._deep_all and not self.done
         if log is None:
             return
         try:
@@ -505,6 +512,7 @@ class Tracer:
         )
 
     def _tensor(self, t, tkey, name, kind, module, attr, hook):
+        self._scanned.add(tkey)
         self.rec.tensor(
             tkey,
             name,
@@ -547,8 +555,14 @@ class Tracer:
         tops.sort(key=lambda km: len(trees[km[0]]))
         # Parameter-free modules called on their own (loss modules, activations) are not models.
         multi = sum(1 for _, m in tops if any(True for _ in m.parameters())) > 1
+        earlier, self._scanned = self._scanned, set()
         for k, m in tops:
             self._scan(m, k, prefix=(self._root_names[k] + ".") if multi else "", hook=False)
+        # Registered earlier, not part of any model now: replaced layers, or the stand-ins
+        # torch.func.functional_call swaps in while a forward runs.
+        orphan_tensors = {k for k in earlier if self.rec.is_orphan_tensor(k)}
+        for k in earlier - self._scanned - orphan_tensors:
+            self.rec.retire(k)
         for okey, ref in self._optimizers.items():
             opt = ref()
             if opt is not None:
@@ -642,7 +656,7 @@ class Tracer:
             self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
             if self._scaler_depth == 0:
                 self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
-            if self._deep and self._first_iteration_done():
+            if self._deep and (self._deep_all or self._first_iteration_done()):
                 self._end_deep()
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")

@@ -244,6 +244,33 @@ impl Recorder {
         Ok(())
     }
 
+    /// A tensor registered earlier is no longer part of any model: `foreign` when an
+    /// optimizer still holds it, else `hidden` (kept, not shown).
+    fn retire(&mut self, key: u64) {
+        let held = self
+            .capture
+            .optimizers
+            .iter()
+            .any(|o| o.params.contains(&key));
+        if let Some(&i) = self.tensors.get(&key) {
+            let t = &mut self.capture.tensors[i];
+            t.kind = if held {
+                TensorKind::Foreign
+            } else {
+                TensorKind::Hidden
+            };
+        }
+    }
+
+    fn is_orphan_tensor(&self, key: u64) -> bool {
+        self.tensors.get(&key).is_some_and(|&i| {
+            matches!(
+                self.capture.tensors[i].kind,
+                TensorKind::Orphan | TensorKind::Hidden
+            )
+        })
+    }
+
     fn has_tensor(&self, key: u64) -> bool {
         self.tensors.contains_key(&key)
     }

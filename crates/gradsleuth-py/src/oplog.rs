@@ -51,6 +51,33 @@ struct FuncInfo {
     inplace: bool,
 }
 
+/// Proof that an address still holds the object an entry was made for: a weak reference
+/// (tensors, arrays), or a strong one for objects that cannot be weakly referenced (floats,
+/// lists), which keeps them alive until the step ends.
+enum Keeper {
+    Weak(Py<PyAny>),
+    Strong(#[allow(dead_code)] Py<PyAny>),
+}
+
+impl Keeper {
+    fn new(obj: &Bound<'_, PyAny>) -> Keeper {
+        match pyo3::types::PyWeakrefReference::new(obj) {
+            Ok(w) => Keeper::Weak(w.into_any().unbind()),
+            Err(_) => Keeper::Strong(obj.clone().unbind()),
+        }
+    }
+
+    fn holds(&self, obj: &Bound<'_, PyAny>) -> bool {
+        match self {
+            Keeper::Strong(_) => true,
+            Keeper::Weak(w) => w
+                .bind(obj.py())
+                .call0()
+                .is_ok_and(|o| o.as_ptr() == obj.as_ptr()),
+        }
+    }
+}
+
 /// (file, qualname) of a user code object.
 type CodeInfo = (Arc<str>, Arc<str>);
 
@@ -150,8 +177,10 @@ pub struct OpLog {
     tensor_type: Py<PyAny>,
     is_grad_enabled: Py<PyAny>,
     getframe: Py<PyAny>,
-    taint: FxHashMap<usize, Vec<u32>>,
-    values: FxHashMap<usize, Vec<u32>>,
+    /// Address -> (cuts it depends on, the object's keeper). Addresses are reused once an
+    /// object dies, so an entry counts only while its keeper says it is the same object.
+    taint: FxHashMap<usize, (Vec<u32>, Keeper)>,
+    values: FxHashMap<usize, (Vec<u32>, Keeper)>,
     cuts: Vec<Cut>,
     grad_off: Vec<Site>,
     created: FxHashMap<usize, Site>,
@@ -276,8 +305,10 @@ impl OpLog {
 
     /// Taint carried by Python values (floats from `.item()`, lists from `.tolist()`, arrays).
     fn value_taint(&self, obj: &Bound<'_, PyAny>, into: &mut Vec<u32>, depth: u32) {
-        if let Some(t) = self.values.get(&(obj.as_ptr() as usize)) {
-            union(into, t);
+        if let Some((t, keeper)) = self.values.get(&(obj.as_ptr() as usize)) {
+            if keeper.holds(obj) {
+                union(into, t);
+            }
         }
         if depth > 2 {
             return;
@@ -294,7 +325,14 @@ impl OpLog {
     }
 
     fn mark_values(&mut self, obj: &Bound<'_, PyAny>, taint: &[u32], depth: u32) {
-        union(self.values.entry(obj.as_ptr() as usize).or_default(), taint);
+        let ptr = obj.as_ptr() as usize;
+        let fresh = self.values.get(&ptr).is_none_or(|(_, k)| !k.holds(obj));
+        if fresh {
+            self.values.insert(ptr, (Vec::new(), Keeper::new(obj)));
+        }
+        if let Some((t, _)) = self.values.get_mut(&ptr) {
+            union(t, taint);
+        }
         if depth > 2 {
             return;
         }
@@ -344,8 +382,10 @@ impl OpLog {
         let mut taint: Vec<u32> = Vec::new();
         let mut needs_grad: Vec<Bound<'_, PyAny>> = Vec::new();
         for t in &inputs {
-            if let Some(ts) = self.taint.get(&(t.as_ptr() as usize)) {
-                union(&mut taint, ts);
+            if let Some((ts, keeper)) = self.taint.get(&(t.as_ptr() as usize)) {
+                if keeper.holds(t) {
+                    union(&mut taint, ts);
+                }
             }
             if t.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
                 needs_grad.push(t.clone());
@@ -469,7 +509,7 @@ impl OpLog {
             if taint.is_empty() {
                 self.taint.remove(&ptr);
             } else {
-                self.taint.insert(ptr, taint.clone());
+                self.taint.insert(ptr, (taint.clone(), Keeper::new(o)));
             }
             if !input_ptrs.contains(&ptr) {
                 // A new tensor at this address: forget what the address meant before.
@@ -699,7 +739,10 @@ impl OpLog {
     /// A backward starts from `loss`: remember which cuts it depends on.
     fn loss(&mut self, py: Python<'_>, loss: Bound<'_, PyAny>) {
         let ptr = loss.as_ptr() as usize;
-        let mut taint = self.taint.get(&ptr).cloned().unwrap_or_default();
+        let mut taint = match self.taint.get(&ptr) {
+            Some((t, keeper)) if keeper.holds(&loss) => t.clone(),
+            _ => Vec::new(),
+        };
         let is_leaf = loss
             .getattr("grad_fn")
             .map(|g| g.is_none())

@@ -12,6 +12,7 @@ use gradsleuth_model::{Category, Finding, Location};
 use crate::Context;
 
 pub mod buffer_not_param;
+pub mod compiled_region;
 pub mod fixed_model;
 pub mod frozen;
 pub mod graph_cut;
@@ -41,6 +42,7 @@ pub struct Check {
 pub const ALL: &[Check] = &[
     no_backward::CHECK,
     fixed_model::CHECK,
+    compiled_region::CHECK,
     non_leaf_param::CHECK,
     buffer_not_param::CHECK,
     unregistered::CHECK,

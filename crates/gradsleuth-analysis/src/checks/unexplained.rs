@@ -123,7 +123,7 @@ fn describe(
             } else {
                 format!("{what} never received a gradient.")
             };
-            (msg, "Look for `.detach()`, `.data`, `torch.no_grad()`, `torch.tensor(t)`/`.item()` round trips or non-differentiable ops between this module's output and the loss (`gradsleuth run --deep` traces the exact line).".into())
+            (msg, "Look for `.detach()`, `.data`, `torch.no_grad()`, `torch.tensor(t)`/`.item()` round trips or non-differentiable ops between this module's output and the loss; the op-level capture of the first step found no cut it could name (a compiled region, or code it could not see): `gradsleuth run --deep` traces every observed step.".into())
         }
         ParamStatus::GradZero => (
             format!("{what} receives a gradient, but it is exactly zero in every observed step."),

@@ -19,6 +19,10 @@ pub struct RunArgs {
     /// End the script once the observed steps are done.
     #[arg(long)]
     pub stop_after: bool,
+    /// Op-level capture (every torch call, cuts located to the line) of every observed step,
+    /// not only the first.
+    #[arg(long)]
+    pub deep: bool,
     /// Python interpreter to run the script with (default: the one gradsleuth runs in).
     #[arg(long, value_name = "PY")]
     pub python: Option<PathBuf>,

@@ -89,7 +89,8 @@ def main(argv: list[str]) -> int:
         try:
             with open(script, "rb") as f:
                 source = f.read()
-            code_obj = compile(source, script, "exec", dont_inherit=True)
+            # Python shows the main script by its absolute path (and sets __file__ so).
+            code_obj = compile(source, os.path.abspath(script), "exec", dont_inherit=True)
         except SyntaxError as e:
             traceback.print_exception(type(e), e, None)
             rec.set_error(type(e).__name__, str(e.msg), _error_site(e))
@@ -126,7 +127,7 @@ def main(argv: list[str]) -> int:
             sys.argv = [script, *args]
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
             main_mod = types.ModuleType("__main__")
-            main_mod.__file__ = script
+            main_mod.__file__ = os.path.abspath(script)
             main_mod.__builtins__ = __builtins__
             main_mod.__loader__ = None
             main_mod.__spec__ = None

@@ -125,6 +125,8 @@ class Tracer:
         self._mode = None
         self._pending_pop: list = []
         self._scanned: set[int] = set()
+        self._said: set = set()
+        self._first_backward_site = None
         self.steps = max(1, int(steps))
         self.on_done = on_done
         self.active = False
@@ -200,6 +202,9 @@ class Tracer:
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
             self._patch(scaler, "step", self._wrap_scaler_step)
+        self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))
+        self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
+        self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
         return self
 
     def _patch(self, owner, name, make):
@@ -210,6 +215,7 @@ class Tracer:
         try:
             wrapped.__wrapped__ = original
             wrapped.__name__ = getattr(original, "__name__", name)
+            wrapped.__qualname__ = getattr(original, "__qualname__", name)
             wrapped.__doc__ = getattr(original, "__doc__", None)
         except (AttributeError, TypeError):
             pass
@@ -663,6 +669,79 @@ class Tracer:
         if self._scaler_depth == 0:
             self._check_done()
 
+    # ---- gradient clipping and hooks ---------------------------------------------------
+    def _step_number(self) -> int:
+        return (min(self._opt_steps.values()) if self._opt_steps else self._backwards) + 1
+
+    def _say_once(self, kind, site, op, keys):
+        if (kind, site) in self._said:
+            return
+        self._said.add((kind, site))
+        self.rec.add_cut(kind, op, site, keys, step=self._step_number())
+
+    def _keys_upstream(self, t) -> list:
+        """Tracked leaves `t` depends on: itself, or those its graph reaches."""
+        k = self._keys.get(id(t))
+        if k is not None and self.obj(k) is t:
+            return [k]
+        if getattr(t, "grad_fn", None) is None:
+            return []
+        from gradsleuth._core import walk
+
+        out = []
+        for leaf in walk(t.grad_fn, 1_000_000)["leaves"]:
+            k = self._keys.get(leaf)
+            if k is not None:
+                out.append(k)
+        return out
+
+    def _wrap_clip(self, bound_name):
+        tracer = self
+
+        def make(original):
+            def clip(parameters, *args, **kwargs):
+                if not tracer.active:
+                    return original(parameters, *args, **kwargs)
+                params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+                out = original(params, *args, **kwargs)
+                try:
+                    bound = args[0] if args else kwargs.get(bound_name)
+                    if bound is not None and float(bound) == 0.0:
+                        keys = [k for k in (tracer._keys.get(id(p)) for p in params) if k is not None]
+                        tracer._say_once("grad_clip", site_of(sys._getframe(1)), original.__name__, keys)
+                except Exception as e:  # noqa: BLE001
+                    tracer.rec.note(f"clip: {e}")
+                return out
+
+            return clip
+
+        return make
+
+    def _wrap_register_hook(self, original):
+        tracer = self
+
+        def register_hook(tensor, hook):
+            if not tracer.active:
+                return original(tensor, hook)
+            site = site_of(sys._getframe(1))
+            tref = weakref.ref(tensor)
+
+            def observed(grad, _hook=hook):
+                out = _hook(grad)
+                if tracer.active and isinstance(out, torch.Tensor) and (("grad_hook", site) not in tracer._said):
+                    try:
+                        if not bool(out.any()) and bool(grad.any()):
+                            t = tref()
+                            keys = tracer._keys_upstream(t) if t is not None else []
+                            tracer._say_once("grad_hook", site, "register_hook", keys)
+                    except Exception as e:  # noqa: BLE001
+                        tracer.rec.note(f"hook: {e}")
+                return out
+
+            return original(tensor, observed)
+
+        return register_hook
+
     def _first_iteration_done(self) -> bool:
         """Every optimizer created so far has stepped at least once."""
         live = [k for k, r in self._optimizers.items() if r() is not None]
@@ -720,15 +799,16 @@ class Tracer:
             first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
             gf = getattr(first, "grad_fn", None)
             tracer._before_backward(first)
-            tracer.rec.backward_begin(
-                "backward", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None
-            )
+            site = site_of(sys._getframe(1))
+            if tracer._first_backward_site is None:
+                tracer._first_backward_site = site
+            tracer.rec.backward_begin("backward", site, type(gf).__name__ if gf is not None else None)
             tracer._backward_depth += 1
             try:
                 result = original(tensors, *args, **kwargs)
             except BaseException as e:
                 tracer._backward_depth -= 1
-                tracer._backward_failed(e)
+                tracer._backward_failed(e, site)
                 raise
             tracer._backward_depth -= 1
             tracer._after_backward()
@@ -745,8 +825,21 @@ class Tracer:
             except Exception as e:  # noqa: BLE001
                 self.rec.note(f"op-level loss: {e}")
 
-    def _backward_failed(self, e):
+    def _backward_failed(self, e, site=(None, None, None)):
         self.rec.backward_end([], f"{type(e).__name__}: {e}")
+        if "backward through the graph a second time" in str(e):
+            self.rec.add_cut(
+                "stale_tensor",
+                "backward",
+                site,
+                [],
+                self._first_backward_site or (None, None, None),
+                "an earlier backward freed that graph",
+                self._step_number(),
+            )
+        if self._oplog is None and not self.done:
+            # A failure in a cheap step: trace the next step at op level.
+            self._deep = True
         if self._oplog is not None:
             try:
                 self._oplog.explain_error(self.rec, str(e))

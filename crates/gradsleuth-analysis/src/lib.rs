@@ -95,7 +95,9 @@ pub fn analyze(capture: &Capture) -> Report {
 /// The findings that explain the script's exception, by what the message says.
 fn explaining(findings: &[Finding], message: &str) -> Vec<String> {
     use gradsleuth_model::Category as C;
-    let wanted: &[C] = if message.contains("modified by an inplace operation") {
+    let wanted: &[C] = if message.contains("backward through the graph a second time") {
+        &[C::StaleTensor]
+    } else if message.contains("modified by an inplace operation") {
         &[C::InplaceSaved]
     } else if message.contains("leaf Variable that requires grad") {
         &[C::InplaceLeaf]

@@ -383,6 +383,40 @@ impl Recorder {
         }
     }
 
+    /// A cause seen by the tracer itself (a clip bound, a gradient hook, a reused graph).
+    #[pyo3(signature = (kind, op, site, params, related=(None, None, None), related_message=String::new(), step=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_cut(
+        &mut self,
+        kind: String,
+        op: String,
+        site: Loc3,
+        params: Vec<u64>,
+        related: Loc3,
+        related_message: String,
+        step: u32,
+    ) {
+        let location = self.loc3(site);
+        let related = self
+            .loc3(related)
+            .map(|location| {
+                vec![gradsleuth_model::Related {
+                    location,
+                    message: related_message,
+                }]
+            })
+            .unwrap_or_default();
+        self.capture.cuts.push(gradsleuth_model::capture::CutRec {
+            kind,
+            op,
+            location,
+            related,
+            params,
+            chain: Vec::new(),
+            step,
+        });
+    }
+
     fn zero_grad(&mut self, target: String, key: u64, site: Loc3) {
         let seq = self.next_seq();
         let location = self.loc3(site);

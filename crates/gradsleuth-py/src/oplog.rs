@@ -40,6 +40,10 @@ enum Kind {
     NonDiff,
     GradMode,
     RequiresGrad,
+    /// `torch.autograd.grad`: without `create_graph=True` its result has no history.
+    AutogradGrad,
+    /// Ops whose gradient is zero where they saturate or mask (clamp, where, masked_fill).
+    Saturating,
     /// Never a cut: constructors shaped like an input (`zeros_like`, `new_zeros`), metadata
     /// (`.shape`, `.grad`, `.device` getters).
     Ignore,
@@ -218,12 +222,22 @@ impl OpLog {
 
     /// The innermost frame of the user's code.
     fn site(&mut self, py: Python<'_>) -> Option<Site> {
-        let mut frame = self.getframe.bind(py).call1((1,)).ok()?;
+        self.stack(py, 1).into_iter().next()
+    }
+
+    /// Up to `depth` frames of the user's code, innermost first.
+    fn stack(&mut self, py: Python<'_>, depth: usize) -> Vec<Site> {
+        let mut out = Vec::new();
+        let Ok(mut frame) = self.getframe.bind(py).call1((1,)) else {
+            return out;
+        };
         for _ in 0..200 {
-            if frame.is_none() {
-                return None;
+            if frame.is_none() || out.len() >= depth {
+                break;
             }
-            let code = frame.getattr(pyo3::intern!(py, "f_code")).ok()?;
+            let Ok(code) = frame.getattr(pyo3::intern!(py, "f_code")) else {
+                break;
+            };
             let key = code.as_ptr() as usize;
             let entry = match self.codes.get(&key) {
                 Some(e) => e.clone(),
@@ -264,15 +278,18 @@ impl OpLog {
                     .getattr(pyo3::intern!(py, "f_lineno"))
                     .and_then(|l| l.extract())
                     .unwrap_or(0);
-                return Some(Site {
+                out.push(Site {
                     file,
                     line,
                     function,
                 });
             }
-            frame = frame.getattr(pyo3::intern!(py, "f_back")).ok()?;
+            match frame.getattr(pyo3::intern!(py, "f_back")) {
+                Ok(f) => frame = f,
+                Err(_) => break,
+            }
         }
-        None
+        out
     }
 
     fn is_tensor(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
@@ -418,9 +435,14 @@ impl OpLog {
                 Kind::Data => "data_attr",
                 Kind::ValueExit => "numpy_roundtrip",
                 Kind::Construct => "rewrap",
+                Kind::AutogradGrad => "create_graph",
                 _ if !grad_enabled => {
                     if let Some(s) = self.grad_off.last() {
                         related.push((s.clone(), "gradient recording disabled here"));
+                    }
+                    // The callers too: the `with` block or decorator may be a few calls up.
+                    for s in self.stack(py, 4).into_iter().skip(1) {
+                        related.push((s, "called from here"));
                     }
                     "no_grad"
                 }
@@ -451,8 +473,13 @@ impl OpLog {
                 soft: false,
             });
             taint.push(id);
-        } else if kind == Kind::NonDiff && out_needs_grad && !needs_grad.is_empty() {
-            // round/floor/sign keep a grad_fn whose gradient is zero everywhere.
+        } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
+            && out_needs_grad
+            && !needs_grad.is_empty()
+            && taint.len() < 32
+        {
+            // round/floor/sign keep a grad_fn whose gradient is zero everywhere; clamp/where
+            // where they saturate or mask everything. Candidates for zero gradients only.
             let mut nodes = Vec::new();
             let mut leaves = Vec::new();
             for t in &needs_grad {
@@ -466,8 +493,13 @@ impl OpLog {
             let s = self.site(py);
             site = Some(s.clone());
             let id = self.cuts.len() as u32;
+            let soft_kind = if kind == Kind::NonDiff {
+                "non_differentiable"
+            } else {
+                "dead_path"
+            };
             self.cuts.push(Cut {
-                kind: "non_differentiable",
+                kind: soft_kind,
                 op: name.clone(),
                 site: s,
                 related: Vec::new(),
@@ -625,6 +657,11 @@ fn classify(func: &Bound<'_, PyAny>) -> FuncInfo {
         | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__" | "__bool__"
         | "data_ptr" | "get_device" => Kind::Ignore,
         "item" | "tolist" | "numpy" => Kind::ValueExit,
+        "grad" if qual == "grad" => Kind::AutogradGrad,
+        "clamp" | "clamp_" | "clip" | "clip_" | "clamp_min" | "clamp_max" | "hardtanh"
+        | "hardtanh_" | "relu6" | "threshold" | "where" | "masked_fill" | "masked_fill_" => {
+            Kind::Saturating
+        }
         "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" => Kind::Construct,
         "_set_grad_enabled" | "set_grad_enabled" => Kind::GradMode,
         "requires_grad_" | "requires_grad.__set__" => Kind::RequiresGrad,
@@ -805,7 +842,9 @@ impl OpLog {
             }
             let pool = if cut.soft { &zero } else { &unreached };
             let (params, first_leaf) = reach(py, cut, pool, &mut src);
-            if params.is_empty() {
+            // A gradient term without create_graph adds nothing to the gradient even when
+            // every parameter still learns through the rest of the loss.
+            if params.is_empty() && cut.kind != "create_graph" {
                 continue;
             }
             explained.extend(params.iter().copied());

@@ -107,6 +107,45 @@ impl SourceCache {
         Some(self.location(file, line))
     }
 
+    /// The line that disabled gradient recording around `line`: going up through the
+    /// enclosing function, a `with torch.no_grad()` / `inference_mode()` /
+    /// `set_grad_enabled(False)` whose block contains `line`, or a decorator of the function.
+    pub fn grad_disabler(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let mut i = (line as usize).checked_sub(1)?;
+        let mut indent = lines.get(i).map(|l| indentation(l))?;
+        let disables = |l: &str| {
+            let l = strip_comment(l);
+            l.contains("no_grad")
+                || l.contains("inference_mode")
+                || l.contains("set_grad_enabled(False")
+        };
+        while i > 0 {
+            i -= 1;
+            let l = &lines[i];
+            let t = l.trim_start();
+            if t.is_empty() || t.starts_with('#') || indentation(l) >= indent {
+                continue;
+            }
+            indent = indentation(l);
+            if (t.starts_with("with ") || t.starts_with("async with ")) && disables(t) {
+                return Some(i as u32 + 1);
+            }
+            if t.starts_with("def ") || t.starts_with("async def ") {
+                // Decorators directly above the def.
+                let mut j = i;
+                while j > 0 && lines[j - 1].trim_start().starts_with('@') {
+                    j -= 1;
+                    if disables(&lines[j]) {
+                        return Some(j as u32 + 1);
+                    }
+                }
+                return None;
+            }
+        }
+        None
+    }
+
     /// A location with its snippet and the column of the first non-blank character.
     pub fn location(&mut self, file: &str, line: u32) -> Location {
         let mut loc = Location::new(file, line);
@@ -220,6 +259,17 @@ mod tests {
         );
         assert!(!constructs("x = MyLinear(3)", "Linear"));
         assert!(constructs("x = torch.nn.Linear (3)", "Linear"));
+    }
+
+    #[test]
+    fn finds_the_line_that_disabled_grad() {
+        let (_d, p) = file("@torch.no_grad()\ndef f(m, x):\n    return m(x)\n\ndef g(m, x):\n    y = m(x)\n    with torch.inference_mode():\n        z = m(y)\n        # comment\n        w = m(z)\n    return m(w)\n");
+        let mut c = SourceCache::new();
+        assert_eq!(c.grad_disabler(&p, 3), Some(1));
+        assert_eq!(c.grad_disabler(&p, 8), Some(7));
+        assert_eq!(c.grad_disabler(&p, 10), Some(7));
+        assert_eq!(c.grad_disabler(&p, 11), None);
+        assert_eq!(c.grad_disabler(&p, 6), None);
     }
 
     #[test]

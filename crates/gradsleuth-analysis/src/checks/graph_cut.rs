@@ -69,6 +69,47 @@ const KINDS: &[Kind] = &[
         what: |op, who| format!("`{op}` is not differentiable (its output is an index, a boolean or piecewise constant), so {who} gets no gradient through it."),
         fix: "Use a differentiable surrogate: softmax/log-softmax instead of argmax, a straight-through estimator (`x + (x.round() - x).detach()`) for rounding, a soft mask (`torch.sigmoid(k * (x - t))`) instead of a comparison.",
     },
+    Kind {
+        kind: "dead_path",
+        code: "GS210",
+        category: Category::DeadPath,
+        what: |op, who| format!("`{op}` passes no gradient here (saturated everywhere, or its mask selects nothing), so {who} gets an exactly zero gradient."),
+        fix: "Check the bounds and the mask: normalise the input so the clamp is not saturated, make sure the mask selects something, or use a soft version (`torch.tanh`, a sigmoid mask).",
+    },
+    Kind {
+        kind: "grad_clip",
+        code: "GS211",
+        category: Category::GradClip,
+        what: |op, who| format!("`{op}` clips with a bound of 0, which sets every gradient to zero: {who} never changes."),
+        fix: "Use a positive bound (`max_norm=1.0` is a common default); a bound from a config or schedule may be 0 by mistake.",
+    },
+    Kind {
+        kind: "grad_hook",
+        code: "GS212",
+        category: Category::GradHook,
+        what: |_, who| format!("A gradient hook returns zeros, so {who} gets an exactly zero gradient."),
+        fix: "Return the gradient (or a rescaled one) from the hook, or `None` to leave it unchanged; to freeze, use `requires_grad_(False)`.",
+    },
+    Kind {
+        kind: "create_graph",
+        code: "GS213",
+        category: Category::CreateGraph,
+        what: |_, who| {
+            if who == "the model" {
+                "`torch.autograd.grad` without `create_graph=True` feeds the loss: that term is a constant and adds nothing to the gradient (a gradient penalty that does nothing).".to_owned()
+            } else {
+                format!("`torch.autograd.grad` without `create_graph=True` feeds the loss: that term is a constant, so {who} gets no gradient from it.")
+            }
+        },
+        fix: "Pass `create_graph=True` to `torch.autograd.grad` when its result is part of a loss (gradient penalties, physics-informed residuals); leave it off only for first-order approximations by design.",
+    },
+    Kind {
+        kind: "stale_tensor",
+        code: "GS214",
+        category: Category::StaleTensor,
+        what: |_, _| "The loss uses a graph built in an earlier step, whose buffers the first backward already freed (\"Trying to backward through the graph a second time\").".to_owned(),
+        fix: "Recompute the tensor inside the training step (move it into the loop), or accumulate plain numbers (`total += loss.item()`); do not add `retain_graph=True` to silence it, that trains on stale values.",
+    },
 ];
 
 macro_rules! cut_check {
@@ -101,10 +142,29 @@ cut_check!(numpy_roundtrip, 4, "GS205", Category::NumpyRoundtrip, "numpy-roundtr
     "`.item()`, `.tolist()`, `.numpy()` leave autograd as Python numbers or arrays; a value that comes back through `torch.tensor(...)`/`torch.from_numpy(...)` is a constant. gradsleuth links the exit and the return so the whole round trip is shown.");
 cut_check!(loss_rewrap, 5, "GS206", Category::LossRewrap, "loss-rewrap",
     "`loss = torch.tensor(loss.item(), requires_grad=True)` (often added to silence \"element 0 of tensors does not require grad\") makes the loss a new leaf: `backward()` succeeds and computes nothing for the model.");
+cut_check!(dead_path, 7, "GS210", Category::DeadPath, "dead-path",
+    "An op on the path whose local gradient is zero for the observed inputs: a clamp/hardtanh saturated everywhere, a `where`/`masked_fill` whose mask selects nothing. The parameter gets a gradient of exactly zero. gradsleuth names it when the first step's gradients were exactly zero.");
+cut_check!(grad_clip, 8, "GS211", Category::GradClip, "grad-clip",
+    "`clip_grad_norm_(params, 0)` or `clip_grad_value_(params, 0)` zeroes every gradient before the step; a bound read from a config or a schedule that reaches 0 does the same silently.");
+cut_check!(grad_hook, 9, "GS212", Category::GradHook, "grad-hook",
+    "A hook registered with `register_hook` that returns zeros (`lambda g: g * 0`, `torch.zeros_like(g)`) replaces the gradient with zero for everything upstream; gradsleuth watches hooks on parameters and on tensors of the traced step.");
+cut_check!(create_graph, 10, "GS213", Category::CreateGraph, "create-graph",
+    "`torch.autograd.grad(...)` returns gradients without history unless `create_graph=True`; used in a loss (gradient penalty, PINN residual, meta-learning) that term is a constant and contributes nothing. Legitimate only for deliberate first-order approximations.");
+cut_check!(stale_tensor, 11, "GS214", Category::StaleTensor, "stale-tensor",
+    "A tensor computed once (before the loop, or carried over from the previous step, e.g. `running_loss += loss`) and reused in a later step's loss: the first backward freed its graph, so the second raises \"Trying to backward through the graph a second time\".");
 cut_check!(non_differentiable, 6, "GS207", Category::NonDifferentiable, "non-differentiable",
     "argmax/argmin, round/floor/ceil/sign, comparisons and integer or bool casts have no useful gradient. A loss that reaches the model only through them leaves the model without gradient.");
 
-/// Where the fix belongs: for `no_grad`, the line that disabled grad; else the op's line.
+/// Kinds that explain exactly-zero gradients (the parameter is reached, with zeros).
+fn zero_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "non_differentiable" | "dead_path" | "grad_clip" | "grad_hook"
+    )
+}
+
+/// Where the fix belongs (for merging): for `no_grad`, the line that disabled grad as the
+/// tracer saw it; else the op's line.
 fn fix_site(cut: &gradsleuth_model::capture::CutRec) -> Option<(String, u32)> {
     let loc = match (cut.kind.as_str(), cut.related.first()) {
         ("no_grad", Some(r)) => Some(&r.location),
@@ -144,12 +204,13 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
                 ctx.facts.get(*k).is_some_and(|f| {
                     f.visible
                         && !f.learns()
-                        && (!f.reached() || (cut.kind == "non_differentiable" && !f.grad_nonzero()))
+                        && (!f.reached() || (zero_kind(&cut.kind) && !f.grad_nonzero()))
                 })
             })
             .collect();
         keys.dedup();
-        if keys.is_empty() && kind.kind != "loss_rewrap" {
+        let standalone = matches!(kind.kind, "loss_rewrap" | "create_graph" | "stale_tensor");
+        if keys.is_empty() && !standalone {
             continue;
         }
         let mut ordered: BTreeMap<usize, u64> = BTreeMap::new();
@@ -182,32 +243,54 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         } else {
             cut.op.clone()
         };
-        let mut f = Finding::new(
-            kind.code,
-            kind.category,
-            Severity::Error,
-            (kind.what)(&op, &who),
-        )
-        .params(names)
-        .chain(cut.chain.clone())
-        .fix(kind.fix)
-        .steps([cut.step]);
+        // A gradient term that adds nothing while everything still learns: a warning.
+        let severity = if keys.is_empty() && kind.kind == "create_graph" {
+            Severity::Warning
+        } else {
+            Severity::Error
+        };
+        let mut f = Finding::new(kind.code, kind.category, severity, (kind.what)(&op, &who))
+            .params(names)
+            .chain(cut.chain.clone())
+            .fix(kind.fix)
+            .steps([cut.step]);
         // For no_grad the line to change is the one that disabled grad; the op is related.
-        let (loc, related) = match (kind.kind, cut.related.first()) {
-            ("no_grad", Some(r)) => (
-                Some(r.location.clone()),
+        // For no_grad the line to change is the one that disabled grad (found in the source
+        // around the op, else where the tracer saw grad turned off); the op is related.
+        let (loc, related) = if kind.kind == "no_grad" {
+            let frames = cut.location.iter().chain(
+                cut.related
+                    .iter()
+                    .filter(|r| r.message == "called from here")
+                    .map(|r| &r.location),
+            );
+            let from_source = frames.into_iter().find_map(|l| {
+                let line = ctx.source.borrow_mut().grad_disabler(&l.file, l.line)?;
+                Some(gradsleuth_model::Location::new(l.file.clone(), line))
+            });
+            let site = from_source
+                .or_else(|| {
+                    cut.related
+                        .iter()
+                        .find(|r| r.message != "called from here")
+                        .map(|r| r.location.clone())
+                })
+                .or_else(|| cut.location.clone());
+            (
+                site,
                 vec![(
                     cut.location.clone(),
                     "the op that ran without grad".to_owned(),
                 )],
-            ),
-            _ => (
+            )
+        } else {
+            (
                 cut.location.clone(),
                 cut.related
                     .iter()
                     .map(|r| (Some(r.location.clone()), r.message.clone()))
                     .collect(),
-            ),
+            )
         };
         f = f.at(ctx.locate(loc.as_ref()));
         for (l, m) in related {

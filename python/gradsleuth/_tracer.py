@@ -126,6 +126,8 @@ class Tracer:
         self._pending_pop: list = []
         self._scanned: set[int] = set()
         self._said: set = set()
+        self._rearmed = False
+        self._deep_since = 0
         self._first_backward_site = None
         self.steps = max(1, int(steps))
         self.on_done = on_done
@@ -266,6 +268,7 @@ class Tracer:
             if self._oplog is None:
                 step = min(self._opt_steps.values()) + 1 if self._opt_steps else 1
                 self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step)
+                self._deep_since = self.rec.backward_count
             self._mode = _make_op_mode(self._oplog, self.rec)
             self._mode.__enter__()
             if not torch.is_grad_enabled():
@@ -300,7 +303,7 @@ class Tracer:
         if log is None:
             return
         try:
-            reached = set(self.rec.reached_keys())
+            reached = set(self.rec.reached_keys(self._deep_since))
             unreached, zero, grads = {}, {}, []
             for k in self._hooked:
                 t = self.obj(k)
@@ -654,6 +657,13 @@ class Tracer:
             params = self._opt_params(opt)
             keys = [self.key(p) for p in params]
             grads = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
+            if not self._deep and len(grads) < len(keys) and not self._rearmed:
+                # A parameter reached in an earlier step has no gradient now: trace the next
+                # step at op level to find where its path to the loss was cut.
+                missing = {k for k, p in zip(keys, params) if p.grad is None and p.requires_grad}
+                if missing & set(self.rec.reached_keys()):
+                    self._deep = True
+                    self._rearmed = True
             ns = norms([g for _, g in grads] + [p.detach() for p in params])
             grad_norms = dict(zip((k for k, _ in grads), ns[: len(grads)]))
             after = dict(zip(keys, ns[len(grads) :]))
@@ -662,7 +672,7 @@ class Tracer:
             self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
             if self._scaler_depth == 0:
                 self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
-            if self._deep and (self._deep_all or self._first_iteration_done()):
+            if self._deep and self._oplog is not None and (self._deep_all or self._first_iteration_done()):
                 self._end_deep()
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
@@ -781,7 +791,7 @@ class Tracer:
                     scale = float(self.get_scale()) if self.is_enabled() else None
                     tracer.rec.scaler_step(okey, stepped, scale, site_of(sys._getframe(1)))
                     tracer._opt_steps[okey] = tracer._opt_steps.get(okey, 0) + 1
-                    if tracer._deep and tracer._first_iteration_done():
+                    if tracer._deep and tracer._oplog is not None and tracer._first_iteration_done():
                         tracer._end_deep()
                 except Exception as e:  # noqa: BLE001
                     tracer.rec.note(f"scaler step: {e}")

@@ -455,12 +455,14 @@ impl Recorder {
         }
     }
 
-    /// Keys of every tensor some backward reached so far.
-    fn reached_keys(&self) -> Vec<u64> {
+    /// Keys of every tensor a backward reached, from backward number `since` on.
+    #[pyo3(signature = (since=0))]
+    fn reached_keys(&self, since: usize) -> Vec<u64> {
         let mut v: Vec<u64> = self
             .capture
             .backwards
             .iter()
+            .skip(since)
             .flat_map(|b| b.reached.iter().copied())
             .collect();
         v.sort_unstable();

@@ -202,9 +202,14 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             .filter(|k| !ctx.is_claimed_before_cuts(*k))
             .filter(|k| {
                 ctx.facts.get(*k).is_some_and(|f| {
-                    f.visible
-                        && !f.learns()
-                        && (!f.reached() || (zero_kind(&cut.kind) && !f.grad_nonzero()))
+                    let never = !f.learns()
+                        && (!f.reached() || (zero_kind(&cut.kind) && !f.grad_nonzero()));
+                    // Cut in a later step: it learned before, then lost its gradient.
+                    let later = cut.step > 1
+                        && f.grad_norms
+                            .get(cut.step as usize - 1)
+                            .is_some_and(Option::is_none);
+                    f.visible && (never || later)
                 })
             })
             .collect();
@@ -244,16 +249,40 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             cut.op.clone()
         };
         // A gradient term that adds nothing while everything still learns: a warning.
-        let severity = if keys.is_empty() && kind.kind == "create_graph" {
+        let learned_before = !keys.is_empty()
+            && keys
+                .iter()
+                .all(|k| ctx.facts.get(*k).is_some_and(|f| f.learns()));
+        let severity = if (keys.is_empty() && kind.kind == "create_graph") || learned_before {
             Severity::Warning
         } else {
             Severity::Error
         };
-        let mut f = Finding::new(kind.code, kind.category, severity, (kind.what)(&op, &who))
+        let mut message = (kind.what)(&op, &who);
+        let mut steps = vec![cut.step];
+        if learned_before {
+            // The first step in which these parameters had no gradient any more.
+            let first = keys
+                .iter()
+                .filter_map(|k| ctx.facts.get(*k))
+                .filter_map(|f| f.grad_norms.iter().position(Option::is_none))
+                .min()
+                .map_or(cut.step, |i| i as u32 + 1);
+            message = format!("From step {first} on: {message}");
+            steps = (first..=ctx.facts.steps_observed).collect();
+        }
+        // The chain starts at the parameter, by its final name.
+        let mut chain: Vec<String> = names
+            .first()
+            .map(|n| format!("`{n}`"))
+            .into_iter()
+            .collect();
+        chain.extend(cut.chain.iter().cloned());
+        let mut f = Finding::new(kind.code, kind.category, severity, message)
             .params(names)
-            .chain(cut.chain.clone())
+            .chain(chain)
             .fix(kind.fix)
-            .steps([cut.step]);
+            .steps(steps);
         // For no_grad the line to change is the one that disabled grad; the op is related.
         // For no_grad the line to change is the one that disabled grad (found in the source
         // around the op, else where the tracer saw grad turned off); the op is related.

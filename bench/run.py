@@ -48,10 +48,18 @@ def python_bfs(root):
 
 
 def bench_walk(n_nodes=1_000_000, repeats=3):
+    # 1,000 parameters, each through a chain of ~1,000 ops, joined at the loss: about
+    # n_nodes nodes, about 1,000 deep. (A single million-deep chain is not a real graph, and
+    # PyTorch overflows the C stack freeing one once Python has wrapped its nodes.)
     params = [torch.randn(4, requires_grad=True) for _ in range(1000)]
-    h = torch.zeros(4)
-    for i in range(n_nodes // 2):
-        h = h * 0.999 + params[i % 1000]
+    per_chain = n_nodes // (2 * len(params))
+    ends = []
+    for p in params:
+        h = p
+        for _ in range(per_chain):
+            h = h * 0.999 + 0.001
+        ends.append(h)
+    h = torch.stack(ends).sum()
     root = h.grad_fn
     nodes, _ = python_bfs(root)
     # The node list for the bare read, collected outside the timing.

@@ -9,6 +9,7 @@ step: per-step cost of the three bench models (plain step = 1.00x) while gradsle
       after its hooks are removed, and under `torch.autograd.detect_anomaly()`.
 op:   the op-level step (every torch call recorded, as in the first observed step) beside a
       no-op Python TorchDispatchMode and `detect_anomaly()`.
+explain: a 100 MB log and a 2 KB traceback, through the installed command and the Rust binary.
 """
 
 from __future__ import annotations
@@ -224,8 +225,60 @@ def bench_op(rounds=5, per_round=8):
         )
 
 
+def bench_explain(size_mb=100, repeats=5):
+    """`gradsleuth explain` on a 100 MB torchrun-style log (streamed) and on a 2 KB traceback,
+    through the installed command and through the Rust binary alone."""
+    import os
+    import random
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cli = os.path.join(os.path.dirname(sys.executable), "gradsleuth")
+    binary = os.path.join(root, "target", "release", "gradsleuth-cli")
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "gradsleuth-cli"], cwd=root, check=True)
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/user/project/train.py", line 57, in <module>\n'
+        "    loss.backward()\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py", line 623, in backward\n'
+        "    torch.autograd.backward(\n"
+        "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace "
+        "operation: [torch.FloatTensor [64, 256]], which is output 0 of ReluBackward0, is at version 2; expected "
+        "version 1 instead. Hint: enable anomaly detection to find the operation that failed to compute its gradient.\n"
+    )
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as d:
+        small = os.path.join(d, "traceback.log")
+        with open(small, "w") as f:
+            f.write((tb * 3)[:2048])
+        big = os.path.join(d, "train.log")
+        with open(big, "w") as f:
+            size, i = 0, 0
+            while size < size_mb * 1024 * 1024:
+                i += 1
+                if i % 20000 == 0:
+                    chunk = "".join(f"[rank{i % 8}]: {line}\n" for line in tb.splitlines())
+                else:
+                    chunk = (
+                        f"[rank{i % 8}]: epoch {i // 1000} step {i} loss {rng.random():.4f} lr 3.0e-4 "
+                        f"grad_norm {rng.random() * 10:.3f} tokens/s 51234.5\n"
+                    )
+                f.write(chunk)
+                size += len(chunk)
+        print(f"\n## explain (median wall ms of {repeats}; goals: 100 MB < 2000 ms, 2 KB traceback < 20 ms)")
+        for label, cmd in (("gradsleuth (console script)", cli), ("gradsleuth-cli (Rust binary)", binary)):
+            for what, path in (("2 KB traceback", small), (f"{size_mb} MB log", big)):
+                ts = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    subprocess.run([cmd, "explain", path], capture_output=True)
+                    ts.append((time.perf_counter() - t0) * 1e3)
+                print(f"{label:30} {what:16} {statistics.median(ts):9.1f} ms")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op"]
+    which = sys.argv[1:] or ["walk", "step", "op", "explain"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -235,3 +288,5 @@ if __name__ == "__main__":
         bench_step()
     if "op" in which:
         bench_op()
+    if "explain" in which:
+        bench_explain()

@@ -1,6 +1,7 @@
 """gradsleuth: finds why PyTorch parameters do not learn, and where the computation broke.
 
-Importing this package does not import torch; the API functions do, when called.
+Importing this package imports neither torch nor the API module; the API functions load on
+first use (the `gradsleuth` command starts through this package, so start-up stays short).
 
     report = gradsleuth.diagnose(model, (x, y), F.cross_entropy, optimizer)
     print(report)
@@ -13,6 +14,13 @@ Importing this package does not import torch; the API functions do, when called.
 """
 
 from gradsleuth._core import __version__
-from gradsleuth.api import Report, assert_learning, diagnose, trace
 
 __all__ = ["Report", "assert_learning", "diagnose", "trace", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("Report", "assert_learning", "diagnose", "trace"):
+        from gradsleuth import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gradsleuth' has no attribute {name!r}")

@@ -59,13 +59,22 @@ def _encode(x: float) -> float:
     return x
 
 
-def norms(tensors) -> list[float]:
-    """Norms of `tensors` with one fused reduction (per device/dtype group inside torch)."""
+def norms(tensors, exact: bool = False) -> list[float]:
+    """Norms of `tensors` with one fused reduction (per device/dtype group inside torch).
+    `exact` accumulates in float64: a small learning rate can change a float32 weight's norm
+    below float32 resolution, so "did it change at all?" is read from exact norms."""
     if not tensors:
         return []
     with torch.no_grad():
         try:
-            ns = torch._foreach_norm(tensors)
+            ns = None
+            if exact:
+                try:
+                    ns = torch._foreach_norm(tensors, 2, dtype=torch.float64)
+                except (RuntimeError, TypeError):
+                    ns = None
+            if ns is None:
+                ns = torch._foreach_norm(tensors)
             try:
                 vals = torch.stack(ns).tolist()  # one dtype and device: the common case
             except RuntimeError:
@@ -127,6 +136,7 @@ class Tracer:
         self._scanned: set[int] = set()
         self._said: set = set()
         self._rearmed = False
+        self._exact_before: dict[int, dict[int, float]] = {}
         self._deep_since = 0
         self._first_backward_site = None
         self.steps = max(1, int(steps))
@@ -245,6 +255,10 @@ class Tracer:
             self._final_scan()
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"final scan failed: {type(e).__name__}: {e}")
+        try:
+            self._exact_changes()
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"exact weight check failed: {type(e).__name__}: {e}")
         if self.on_done is not None:
             self.on_done(self)
 
@@ -640,6 +654,10 @@ class Tracer:
             if self._opt_steps.get(okey) is None or okey not in self._weights_after:
                 keys = self._register_optimizer(opt, okey)
                 before = dict(zip(keys, norms([p.detach() for p in self._opt_params(opt)])))
+                if okey not in self._exact_before:
+                    self._exact_before[okey] = dict(
+                        zip(keys, norms([p.detach() for p in self._opt_params(opt)], exact=True))
+                    )
             else:
                 before = self._weights_after[okey]
             self.rec.step_pre(okey, list(before.items()))
@@ -751,6 +769,17 @@ class Tracer:
             return original(tensor, observed)
 
         return register_hook
+
+    def _exact_changes(self):
+        """Float64 norms now against before the first observed step, per optimizer param."""
+        for okey, before in self._exact_before.items():
+            opt = self.obj(okey)
+            if opt is None:
+                continue
+            params = self._opt_params(opt)
+            keys = [self.key(p) for p in params]
+            after = dict(zip(keys, norms([p.detach() for p in params], exact=True)))
+            self.rec.weight_changes([(k, after[k] != before[k]) for k in keys if k in before])
 
     def _first_iteration_done(self) -> bool:
         """Every optimizer created so far has stepped at least once."""

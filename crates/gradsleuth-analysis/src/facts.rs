@@ -129,6 +129,12 @@ impl Facts {
                         false,
                     ),
                 };
+            // A change too small for one step's float32 norm still shows over the run.
+            let changed = changed
+                || capture
+                    .weight_changes
+                    .iter()
+                    .any(|(k, c)| *k == t.key && *c);
             let weight_norm = optimizers
                 .first()
                 .and_then(|o| steps_of.get(o))

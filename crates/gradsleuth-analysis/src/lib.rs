@@ -87,6 +87,7 @@ pub fn analyze(capture: &Capture) -> Report {
             kind: err.kind.clone(),
             message: err.message.clone(),
             explained_by,
+            explanation: gradsleuth_explain::explain_exception(&err.kind, &err.message),
         });
     }
     report

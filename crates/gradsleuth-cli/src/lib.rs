@@ -31,6 +31,8 @@ pub enum Command {
     Report(cmd::report::ReportArgs),
     /// Run the built-in demo: a realistic training script with silent bugs.
     Demo(cmd::demo::DemoArgs),
+    /// Explain PyTorch errors in a traceback or a log: meaning, causes, checks, fix.
+    Explain(cmd::explain::ExplainArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -125,6 +127,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Command::Run(a) => cmd::run::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
     };
     match result {
         Ok(code) => code,

@@ -29,6 +29,9 @@ pub struct Target {
     pub script: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub argv: Vec<String>,
+    /// Source paths or a log file (lint, explain).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -317,6 +320,10 @@ pub struct Capture {
     /// Forward calls of model roots observed.
     #[serde(default)]
     pub root_calls: u32,
+    /// Per tensor: did it change over the observed steps (exact float64 norms)? Small updates
+    /// can leave a float32 norm unchanged in a single step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weight_changes: Vec<(u64, bool)>,
     /// Op-level: cuts between parameters and the loss, with their lines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cuts: Vec<CutRec>,
@@ -348,6 +355,7 @@ impl Default for Capture {
             zero_grads: Vec::new(),
             scaler_steps: Vec::new(),
             root_calls: 0,
+            weight_changes: Vec::new(),
             cuts: Vec::new(),
             inplace: Vec::new(),
             error: None,

@@ -104,6 +104,35 @@ pub struct Related {
     pub message: String,
 }
 
+/// What a recognised error means, from `gradsleuth explain`'s knowledge base.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Explanation {
+    /// The knowledge-base entry, e.g. `inplace_saved`.
+    pub signature: String,
+    pub title: String,
+    pub meaning: String,
+    /// Likely causes, most likely first.
+    #[serde(default)]
+    pub causes: Vec<String>,
+    /// How to check each (commands or a few lines of code).
+    #[serde(default)]
+    pub checks: Vec<String>,
+    #[serde(default)]
+    pub fixes: Vec<String>,
+    /// Values pulled out of the message (shapes, versions, node names, sizes, ranks).
+    #[serde(default)]
+    pub fields: std::collections::BTreeMap<String, String>,
+    /// gradsleuth categories whose runtime checks find the cause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related_checks: Vec<String>,
+    /// How many times it occurred in the log.
+    #[serde(default)]
+    pub occurrences: u32,
+    /// Where the message text comes from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+}
+
 /// One diagnosed problem.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
@@ -130,6 +159,9 @@ pub struct Finding {
     pub steps: Vec<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<u32>,
+    /// For errors recognised by `explain`: meaning, causes, checks, fixes, fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<Explanation>,
 }
 
 impl Finding {
@@ -154,6 +186,7 @@ impl Finding {
             confidence: None,
             steps: Vec::new(),
             ranks: Vec::new(),
+            explanation: None,
         }
     }
 

@@ -20,7 +20,7 @@ pub mod finding;
 pub mod report;
 
 pub use capture::{Capture, CaptureError};
-pub use finding::{Category, Finding, Location, Related, Severity};
+pub use finding::{Category, Explanation, Finding, Location, Related, Severity};
 pub use report::{ParamRow, ParamStatus, Report, ReportError};
 
 /// The version of gradsleuth that wrote a capture or report.

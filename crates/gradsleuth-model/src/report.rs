@@ -66,6 +66,9 @@ pub struct ReportErrorInfo {
     pub message: String,
     #[serde(default)]
     pub explained_by: Vec<String>,
+    /// What the exception means, when `explain` recognises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<crate::finding::Explanation>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

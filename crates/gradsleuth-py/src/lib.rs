@@ -417,6 +417,12 @@ impl Recorder {
         });
     }
 
+    /// Whether each tensor changed between before the first observed step and the end of
+    /// observation (exact: float64 norms).
+    fn weight_changes(&mut self, changes: Vec<(u64, bool)>) {
+        self.capture.weight_changes.extend(changes);
+    }
+
     fn zero_grad(&mut self, target: String, key: u64, site: Loc3) {
         let seq = self.next_seq();
         let location = self.loc3(site);

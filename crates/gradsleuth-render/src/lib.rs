@@ -108,13 +108,37 @@ pub fn text(report: &Report, opts: TextOptions) -> String {
     }
     let _ = writeln!(out, "{}", p.paint(bold(), &head));
     if let Some(err) = &report.error {
+        let what = if report.command == "explain" {
+            "unrecognised error"
+        } else {
+            "the script raised"
+        };
         let _ = writeln!(
             out,
-            "{} the script raised {}: {}",
+            "{} {what} {}: {}",
             p.paint(p.severity(Severity::Error), "!"),
             err.kind,
             first_line(&err.message)
         );
+        if let Some(e) = &err.explanation {
+            let _ = writeln!(
+                out,
+                "  {} {}: {}",
+                p.paint(dim(), "="),
+                p.paint(bold(), &e.title),
+                e.meaning
+            );
+            if !err.explained_by.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "  {} explained by {}",
+                    p.paint(dim(), "="),
+                    err.explained_by.join(", ")
+                );
+            } else if let Some(c) = e.causes.first() {
+                let _ = writeln!(out, "  {} most likely: {c}", p.paint(dim(), "="));
+            }
+        }
     }
     for f in &report.findings {
         out.push('\n');
@@ -169,8 +193,42 @@ fn finding(out: &mut String, f: &Finding, p: &Paint) {
         let s: Vec<String> = f.steps.iter().map(u32::to_string).collect();
         let _ = writeln!(out, "   {bar} steps: {}", s.join(", "));
     }
-    if let Some(fix) = &f.fix {
+    if let Some(e) = &f.explanation {
+        explanation(out, e, p);
+    } else if let Some(fix) = &f.fix {
         let _ = writeln!(out, "   {bar} {}: {fix}", p.paint(bold(), "fix"));
+    }
+}
+
+/// The blocks of an `explain` finding: likely causes, how to check, fixes, fields.
+fn explanation(out: &mut String, e: &gradsleuth_model::Explanation, p: &Paint) {
+    let bar = p.paint(dim(), "=");
+    if !e.fields.is_empty() {
+        let fields: Vec<String> = e.fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(out, "   {bar} fields: {}", fields.join(", "));
+    }
+    if e.occurrences > 1 {
+        let _ = writeln!(out, "   {bar} seen {} times", e.occurrences);
+    }
+    for (title, items) in [
+        ("likely causes", &e.causes),
+        ("check", &e.checks),
+        ("fix", &e.fixes),
+    ] {
+        if items.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "   {bar} {}:", p.paint(bold(), title));
+        for (i, item) in items.iter().enumerate() {
+            let _ = writeln!(out, "       {}. {item}", i + 1);
+        }
+    }
+    if !e.related_checks.is_empty() {
+        let _ = writeln!(
+            out,
+            "   {bar} `gradsleuth run` finds the cause as: {}",
+            e.related_checks.join(", ")
+        );
     }
 }
 

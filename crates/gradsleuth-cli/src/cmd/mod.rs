@@ -1,4 +1,5 @@
 //! One module per subcommand.
 pub mod demo;
+pub mod explain;
 pub mod report;
 pub mod run;

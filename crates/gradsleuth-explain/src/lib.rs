@@ -171,6 +171,20 @@ pub struct Scanner<'k> {
     rank_re: Regex,
     frame_re: Regex,
     exc_re: Regex,
+    native_re: Regex,
+}
+
+/// Native frames that only carry the error, not its cause.
+fn is_error_plumbing(symbol: &str) -> bool {
+    [
+        "c10::Error",
+        "c10::detail::torchCheckFail",
+        "c10::detail::torchInternalAssertFail",
+        "c10::get_backtrace",
+        "c10::(anonymous namespace)::GetFetchStackTrace",
+    ]
+    .iter()
+    .any(|p| symbol.contains(p))
 }
 
 /// Frames that are not the user's code.
@@ -194,6 +208,7 @@ impl<'k> Scanner<'k> {
             frame_re: Regex::new(r#"^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?"#).expect("valid"),
             exc_re: Regex::new(r"^(?P<kind>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Fault|Failure)): ?(?P<message>.*)$")
                 .expect("valid"),
+            native_re: Regex::new(r"^\s*frame #(?P<n>\d+): (?P<symbol>.+?)(?: \+ 0x[0-9a-f]+)?(?: \(0x[0-9a-f]+ in (?P<lib>[^)]+)\))?$").expect("valid"),
         }
     }
 
@@ -232,6 +247,28 @@ impl<'k> Scanner<'k> {
                 self.frames.push(loc);
                 if self.frames.len() > 512 {
                     self.frames.remove(0);
+                }
+            }
+            return;
+        }
+        // C++ frames (`frame #3: at::native::foo(...) + 0x12 (0x7f.. in libtorch_cpu.so)`) after
+        // an error: the first one past the error plumbing is where the native code failed.
+        if let Some(c) = self.native_re.captures(line) {
+            let symbol = c["symbol"].trim().to_owned();
+            if let Some(h) = self.hits.last_mut() {
+                if !h.fields.contains_key("native_frame") && !is_error_plumbing(&symbol) {
+                    let lib = c
+                        .name("lib")
+                        .map(|l| l.as_str().rsplit('/').next().unwrap_or(""))
+                        .unwrap_or("");
+                    h.fields.insert(
+                        "native_frame".to_owned(),
+                        if lib.is_empty() {
+                            symbol
+                        } else {
+                            format!("{symbol} in {lib}")
+                        },
+                    );
                 }
             }
             return;
@@ -478,6 +515,17 @@ mod tests {
             ("/home/me/proj/train.py", 42)
         );
         assert_eq!(out.findings[0].category, Category::StaleTensor);
+    }
+
+    #[test]
+    fn native_frames_name_where_the_native_code_failed() {
+        let log = "RuntimeError: CUDA error: device-side assert triggered\nException raised from c10_cuda_check_implementation at /__w/pytorch/pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):\nframe #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f2b1e2b1446 in /usr/lib/python3/site-packages/torch/lib/libc10.so)\nframe #1: c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::string const&) + 0x64 (0x7f2b1e25b6e4 in /usr/lib/python3/site-packages/torch/lib/libc10.so)\nframe #2: at::native::nll_loss_forward_out_cuda_template(at::Tensor const&) + 0x118 (0x7f2b1e5a5a18 in /usr/lib/python3/site-packages/torch/lib/libtorch_cuda.so)\nframe #3: <unknown function> + 0x1234 (0x7f2b in /usr/lib/libfoo.so)\n";
+        let out = explain_text(log);
+        let e = out.findings[0].explanation.as_ref().unwrap();
+        assert_eq!(
+            e.fields["native_frame"],
+            "at::native::nll_loss_forward_out_cuda_template(at::Tensor const&) in libtorch_cuda.so"
+        );
     }
 
     #[test]

@@ -360,6 +360,42 @@ impl OpLog {
         }
     }
 
+    /// Records a cut whose inputs are `needs_grad` (their autograd nodes, or the leaves
+    /// themselves); returns its id.
+    #[allow(clippy::too_many_arguments)]
+    fn push_cut(
+        &mut self,
+        py: Python<'_>,
+        needs_grad: &[Bound<'_, PyAny>],
+        kind: &'static str,
+        op: &Arc<str>,
+        site: Option<Site>,
+        related: Vec<(Site, &'static str)>,
+        soft: bool,
+    ) -> PyResult<u32> {
+        let mut nodes = Vec::new();
+        let mut leaves = Vec::new();
+        for t in needs_grad {
+            let gf = t.getattr(pyo3::intern!(py, "grad_fn"))?;
+            if gf.is_none() {
+                leaves.push(t.as_ptr() as usize);
+            } else {
+                nodes.push(gf.unbind());
+            }
+        }
+        let id = self.cuts.len() as u32;
+        self.cuts.push(Cut {
+            kind,
+            op: op.clone(),
+            site,
+            related,
+            nodes,
+            leaves,
+            soft,
+        });
+        Ok(id)
+    }
+
     fn record(
         &mut self,
         py: Python<'_>,
@@ -450,29 +486,9 @@ impl OpLog {
                 // output does not need grad while its input does.
                 _ => "non_differentiable",
             };
-            let mut nodes = Vec::new();
-            let mut leaves = Vec::new();
-            for t in &needs_grad {
-                let gf = t.getattr(pyo3::intern!(py, "grad_fn"))?;
-                if gf.is_none() {
-                    leaves.push(t.as_ptr() as usize);
-                } else {
-                    nodes.push(gf.unbind());
-                }
-            }
             let s = self.site(py);
             site = Some(s.clone());
-            let id = self.cuts.len() as u32;
-            self.cuts.push(Cut {
-                kind: cut_kind,
-                op: name.clone(),
-                site: s,
-                related,
-                nodes,
-                leaves,
-                soft: false,
-            });
-            taint.push(id);
+            taint.push(self.push_cut(py, &needs_grad, cut_kind, &name, s, related, false)?);
         } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
             && out_needs_grad
             && !needs_grad.is_empty()
@@ -480,34 +496,14 @@ impl OpLog {
         {
             // round/floor/sign keep a grad_fn whose gradient is zero everywhere; clamp/where
             // where they saturate or mask everything. Candidates for zero gradients only.
-            let mut nodes = Vec::new();
-            let mut leaves = Vec::new();
-            for t in &needs_grad {
-                let gf = t.getattr(pyo3::intern!(py, "grad_fn"))?;
-                if gf.is_none() {
-                    leaves.push(t.as_ptr() as usize);
-                } else {
-                    nodes.push(gf.unbind());
-                }
-            }
-            let s = self.site(py);
-            site = Some(s.clone());
-            let id = self.cuts.len() as u32;
             let soft_kind = if kind == Kind::NonDiff {
                 "non_differentiable"
             } else {
                 "dead_path"
             };
-            self.cuts.push(Cut {
-                kind: soft_kind,
-                op: name.clone(),
-                site: s,
-                related: Vec::new(),
-                nodes,
-                leaves,
-                soft: true,
-            });
-            taint.push(id);
+            let s = self.site(py);
+            site = Some(s.clone());
+            taint.push(self.push_cut(py, &needs_grad, soft_kind, &name, s, Vec::new(), true)?);
         }
         if value_exit && !taint.is_empty() {
             // Values leaving autograd carry what they depend on into Python.

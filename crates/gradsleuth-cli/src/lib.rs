@@ -33,6 +33,8 @@ pub enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Explain PyTorch errors in a traceback or a log: meaning, causes, checks, fix.
     Explain(cmd::explain::ExplainArgs),
+    /// Check training code statically for the same pitfalls (no torch needed).
+    Lint(cmd::lint::LintArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -128,6 +130,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Explain(a) => cmd::explain::run(a),
+        Command::Lint(a) => cmd::lint::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,47 @@
+//! GS306: `.data` read inside `forward`.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::{Expr, ExprContext};
+
+use super::Rule;
+use crate::checker::Checker;
+
+pub const RULE: Rule = Rule {
+    code: "GS306",
+    name: "data-in-forward",
+    category: Category::DataAttr,
+    doc: "`tensor.data` returns the same storage without autograd history: read in `forward` \
+          it silently cuts the graph for everything before it (and hides in-place changes from \
+          autograd's checks). Use the tensor itself, or `.detach()` where gradients must stop. \
+          Writing `.data` in initialisation code under `no_grad` is a different, legitimate use.",
+};
+
+pub fn check(ck: &mut Checker, e: &Expr) {
+    let Expr::Attribute(a) = e else { return };
+    if a.attr.id.as_str() != "data" || !matches!(a.ctx, ExprContext::Load) || !ck.in_forward() {
+        return;
+    }
+    let loc = ck.location(e);
+    ck.report(
+        RULE.finding("`.data` in `forward` takes the value out of autograd: nothing before it gets a gradient through this path.")
+            .at(Some(loc))
+            .fix("Use the tensor itself (or `.detach()` where stopping the gradient is intended)."),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_data_reads_in_forward() {
+        let src = "class M(nn.Module):\n    def forward(self, x):\n        h = self.fc(x)\n        return self.out(h.data)\n";
+        assert_eq!(codes(src), vec![("GS306".into(), 4)]);
+    }
+
+    #[test]
+    fn data_outside_forward_is_fine() {
+        let src = "class M(nn.Module):\n    def reset(self):\n        self.fc.weight.data.zero_()\n    def forward(self, x):\n        return self.data_proj(x)\n";
+        assert!(codes(src).is_empty());
+    }
+}

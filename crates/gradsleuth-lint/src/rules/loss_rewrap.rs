@@ -1,0 +1,74 @@
+//! GS307: the loss re-made with `torch.tensor(loss.item(), requires_grad=True)`.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::Expr;
+
+use super::Rule;
+use crate::checker::{call_name, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS307",
+    name: "loss-rewrap",
+    category: Category::LossRewrap,
+    doc: "`torch.tensor(loss.item(), requires_grad=True)` (usually added to silence \"element 0 \
+          of tensors does not require grad\") builds a new leaf: `backward()` succeeds and \
+          computes nothing for the model. Fix the cut that made the loss constant instead.",
+};
+
+fn contains_item_call(e: &Expr) -> bool {
+    match e {
+        Expr::Call(c) => {
+            matches!(c.func.as_ref(), Expr::Attribute(a) if a.attr.id.as_str() == "item")
+                || c.arguments.args.iter().any(contains_item_call)
+        }
+        Expr::List(l) => l.elts.iter().any(contains_item_call),
+        Expr::ListComp(l) => contains_item_call(&l.elt),
+        Expr::BinOp(b) => contains_item_call(&b.left) || contains_item_call(&b.right),
+        _ => false,
+    }
+}
+
+pub fn check(ck: &mut Checker, e: &Expr) {
+    let Expr::Call(c) = e else { return };
+    if !call_name(e).is_some_and(|n| {
+        matches!(
+            n.as_str(),
+            "torch.tensor" | "torch.as_tensor" | "torch.Tensor"
+        )
+    }) {
+        return;
+    }
+    let requires_grad = c.arguments.keywords.iter().any(|k| {
+        k.arg
+            .as_ref()
+            .is_some_and(|a| a.id.as_str() == "requires_grad")
+            && matches!(&k.value, Expr::BooleanLiteral(b) if b.value)
+    });
+    if !requires_grad || !c.arguments.args.first().is_some_and(contains_item_call) {
+        return;
+    }
+    let loc = ck.location(e);
+    ck.report(
+        RULE.finding("The loss is re-made as a new leaf from `.item()`: backward runs without error and no parameter learns.")
+            .at(Some(loc))
+            .fix("Call backward on the loss tensor itself, and remove the cut that made it constant (gradsleuth run names it)."),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_the_rewrap() {
+        let src = "def loss_fn(p, y):\n    loss = (p - y).abs().mean()\n    return torch.tensor(loss.item(), requires_grad=True)\n";
+        assert_eq!(codes(src), vec![("GS307".into(), 3)]);
+    }
+
+    #[test]
+    fn plain_leaves_are_fine() {
+        let src =
+            "x = torch.tensor([1.0, 2.0], requires_grad=True)\nlog = torch.tensor(loss.item())\n";
+        assert!(codes(src).is_empty());
+    }
+}

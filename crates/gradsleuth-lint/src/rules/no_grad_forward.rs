@@ -1,0 +1,54 @@
+//! GS304: `@torch.no_grad()` / `@torch.inference_mode()` on a module's `forward`.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::{Expr, StmtFunctionDef};
+
+use super::Rule;
+use crate::checker::{dotted, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS304",
+    name: "no-grad-forward",
+    category: Category::NoGrad,
+    doc: "A `forward` decorated with `@torch.no_grad()` or `@torch.inference_mode()` records \
+          no history: nothing in the module ever gets a gradient when it is trained. Put \
+          `no_grad` around evaluation calls instead. Legitimate for modules that are never \
+          trained (a frozen feature extractor), which should then also be frozen explicitly.",
+};
+
+pub fn check(ck: &mut Checker, f: &StmtFunctionDef) {
+    if f.name.id.as_str() != "forward" || !ck.in_module_class() {
+        return;
+    }
+    for d in &f.decorator_list {
+        let target = match &d.expression {
+            Expr::Call(c) => dotted(&c.func),
+            other => dotted(other),
+        };
+        if target.is_some_and(|n| n.ends_with("no_grad") || n.ends_with("inference_mode")) {
+            let loc = ck.location(d);
+            ck.report(
+                RULE.finding("`forward` runs with gradient recording disabled: the module never gets a gradient when it is trained.")
+                    .at(Some(loc))
+                    .fix("Remove the decorator; wrap evaluation calls in `with torch.no_grad():` instead."),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_decorated_forward() {
+        let src = "class M(nn.Module):\n    @torch.no_grad()\n    def forward(self, x):\n        return x\n";
+        assert_eq!(codes(src), vec![("GS304".into(), 2)]);
+    }
+
+    #[test]
+    fn evaluation_helpers_are_fine() {
+        let src = "class M(nn.Module):\n    def forward(self, x):\n        return x\n    @torch.no_grad()\n    def predict(self, x):\n        return self(x)\n";
+        assert!(codes(src).is_empty());
+    }
+}

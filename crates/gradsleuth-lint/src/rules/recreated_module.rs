@@ -1,0 +1,82 @@
+//! GS305: a layer constructed inside `forward`.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::Expr;
+
+use super::Rule;
+use crate::checker::{call_name, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS305",
+    name: "module-in-forward",
+    category: Category::RecreatedWeights,
+    doc: "`nn.Linear(...)` (any layer) constructed inside `forward` gets new random weights \
+          on every call, which no optimizer holds. Build it once in `__init__`. Parameter-free \
+          modules built in forward (`nn.ReLU()`, `nn.Identity()`) are harmless and not flagged.",
+};
+
+const PARAMETER_FREE: &[&str] = &[
+    "ReLU",
+    "GELU",
+    "SiLU",
+    "Tanh",
+    "Sigmoid",
+    "Softmax",
+    "LogSoftmax",
+    "Identity",
+    "Dropout",
+    "Flatten",
+    "Unflatten",
+    "LeakyReLU",
+    "ELU",
+    "Softplus",
+    "Hardtanh",
+    "MaxPool1d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool1d",
+    "Upsample",
+    "ZeroPad2d",
+    "CrossEntropyLoss",
+    "MSELoss",
+    "L1Loss",
+    "BCEWithLogitsLoss",
+    "BCELoss",
+    "NLLLoss",
+    "SmoothL1Loss",
+];
+
+pub fn check(ck: &mut Checker, e: &Expr) {
+    if !ck.in_forward() || !ck.constructs_module(e) {
+        return;
+    }
+    let name = call_name(e).unwrap_or_default();
+    let last = name.rsplit('.').next().unwrap_or(&name).to_owned();
+    if PARAMETER_FREE.contains(&last.as_str()) {
+        return;
+    }
+    let loc = ck.location(e);
+    ck.report(
+        RULE.finding(format!("`{name}` is constructed inside `forward`: its weights are re-initialised on every call and no optimizer holds them."))
+            .at(Some(loc))
+            .fix(format!("Create it once in `__init__` (`self.{} = {name}(...)`) and call it in forward.", last.to_lowercase())),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_layers_built_in_forward() {
+        let src = "class M(nn.Module):\n    def forward(self, x):\n        proj = nn.Linear(x.shape[-1], 8)\n        return proj(x)\n";
+        assert_eq!(codes(src), vec![("GS305".into(), 3)]);
+    }
+
+    #[test]
+    fn init_and_parameter_free_modules_are_fine() {
+        let src = "class M(nn.Module):\n    def __init__(self):\n        self.fc = nn.Linear(4, 4)\n    def forward(self, x):\n        return nn.ReLU()(self.fc(x))\n";
+        assert!(codes(src).is_empty());
+    }
+}

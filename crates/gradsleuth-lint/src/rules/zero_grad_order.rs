@@ -1,0 +1,87 @@
+//! GS309: `zero_grad()` between `backward()` and `step()` in the same block.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{Expr, Stmt};
+
+use super::Rule;
+use crate::checker::Checker;
+
+pub const RULE: Rule = Rule {
+    code: "GS309",
+    name: "zero-grad-after-backward",
+    category: Category::ZeroGradOrder,
+    doc: "`loss.backward()`, then `optimizer.zero_grad()`, then `optimizer.step()`: the step \
+          sees no gradient and the weights do not move. The order is zero_grad, forward, \
+          backward, step.",
+};
+
+/// Method calls (`.backward()`, `.zero_grad()`, `.step()`) anywhere in a statement.
+struct Calls(Vec<String>);
+
+impl<'a> Visitor<'a> for Calls {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                self.0.push(a.attr.id.to_string());
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        // Nested functions and classes are other scopes.
+        if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+            visitor::walk_stmt(self, s);
+        }
+    }
+}
+
+fn calls(s: &Stmt) -> Vec<String> {
+    let mut c = Calls(Vec::new());
+    c.visit_stmt(s);
+    c.0
+}
+
+pub fn check(ck: &mut Checker, body: &[Stmt]) {
+    let mut after_backward = false;
+    let mut pending: Option<&Stmt> = None;
+    for s in body {
+        let names = calls(s);
+        let has = |n: &str| names.iter().any(|x| x == n);
+        if let Some(z) = pending {
+            if has("step") {
+                let loc = ck.location(z);
+                ck.report(
+                    RULE.finding("`zero_grad()` runs after `backward()` and before `step()`: the step sees no gradient.")
+                        .at(Some(loc))
+                        .fix("Move `zero_grad()` to the start of the iteration, or right after `step()`."),
+                );
+                return;
+            }
+        }
+        if has("backward") {
+            after_backward = true;
+            pending = None;
+        }
+        if after_backward && has("zero_grad") && !has("backward") && !has("step") {
+            pending = Some(s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_zero_grad_between_backward_and_step() {
+        let src = "for x in data:\n    loss = model(x).sum()\n    loss.backward()\n    opt.zero_grad()\n    if ready:\n        opt.step()\n";
+        assert_eq!(codes(src), vec![("GS309".into(), 4)]);
+    }
+
+    #[test]
+    fn the_usual_order_is_fine() {
+        let src = "for x in data:\n    opt.zero_grad()\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n";
+        assert!(codes(src).is_empty());
+    }
+}

@@ -161,68 +161,77 @@ def median_ms(step, n, ctx=None):
     return statistics.median(ts) * 1e3
 
 
-def bench_step(rounds=5, per_round=8):
-    print("\n## per-step cost (median ms; ratio to the plain step), torch", torch.__version__, "CPU, 1 thread")
-    print(f"{'model':14}{'plain':>10}{'observing':>18}{'after hooks off':>20}{'detect_anomaly':>20}")
-    for name, make in (("MLP 50x256", mlp), ("CNN 4-layer", cnn), ("transformer", transformer)):
-        torch.manual_seed(0)
-        model, data, loss_fn = make()
-        step = step_fn(model, data, loss_fn)
-        for _ in range(3):
-            step()
-        res = {"plain": [], "observing": [], "after": [], "anomaly": []}
-        for _ in range(rounds):
-            res["plain"].append(median_ms(step, per_round))
-            tracer = Tracer(Recorder("run", 10**6), 10**6).start()
-            step()  # first sight of the model: scan and hook registration, not a steady step
-            res["observing"].append(median_ms(step, per_round))
-            tracer.finish()
-            res["after"].append(median_ms(step, per_round))
-            res["anomaly"].append(median_ms(step, per_round, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True)))
-        med = {k: statistics.median(v) for k, v in res.items()}
-        p = med["plain"]
-        print(
-            f"{name:14}{p:10.2f}"
-            f"{med['observing']:10.2f} ({med['observing'] / p:4.2f}x)"
-            f"{med['after']:12.2f} ({med['after'] / p:4.2f}x)"
-            f"{med['anomaly']:12.2f} ({med['anomaly'] / p:4.2f}x)"
-        )
+MODELS = (("MLP 50x256", mlp), ("CNN 4-layer", cnn), ("transformer", transformer))
 
 
-def bench_op(rounds=5, per_round=8):
-    """The op-level step (every torch call recorded) beside the plain step, a no-op Python
-    TorchDispatchMode, and detect_anomaly."""
+def _observing(deep_all):
+    """A step measured while a tracer observes (started once, first step not measured)."""
+
+    def measure(step, n):
+        tracer = Tracer(Recorder("run", 10**6), 10**6, deep_all=deep_all).start()
+        step()  # first sight of the model: scan and hook registration, not a steady step
+        ms = median_ms(step, n)
+        tracer.finish()
+        return ms
+
+    return measure
+
+
+def _noop_dispatch(step, n):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class NoopDispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
-    print("\n## op-level step (median ms; ratio to the plain step), torch", torch.__version__, "CPU, 1 thread")
-    print(f"{'model':14}{'plain':>10}{'op-level':>18}{'no-op dispatch':>20}{'detect_anomaly':>20}")
-    for name, make in (("MLP 50x256", mlp), ("CNN 4-layer", cnn), ("transformer", transformer)):
+    return median_ms(step, n, ctx=NoopDispatch)
+
+
+def _anomaly(step, n):
+    return median_ms(step, n, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True))
+
+
+def compare(title, modes, rounds=5, per_round=8):
+    """Each mode beside the plain step, interleaved in rounds; medians and ratios."""
+    print(f"\n## {title} (median ms; ratio to the plain step), torch", torch.__version__, "CPU, 1 thread")
+    print(f"{'model':14}{'plain':>10}" + "".join(f"{label:>20}" for label, _ in modes))
+    for name, make in MODELS:
         torch.manual_seed(0)
         model, data, loss_fn = make()
         step = step_fn(model, data, loss_fn)
         for _ in range(3):
             step()
-        res = {"plain": [], "op": [], "noop": [], "anomaly": []}
+        res = {"plain": []} | {label: [] for label, _ in modes}
         for _ in range(rounds):
             res["plain"].append(median_ms(step, per_round))
-            tracer = Tracer(Recorder("run", 10**6), 10**6, deep_all=True).start()
-            step()  # first sight: scan and hook registration
-            res["op"].append(median_ms(step, per_round))
-            tracer.finish()
-            res["noop"].append(median_ms(step, per_round, ctx=NoopDispatch))
-            res["anomaly"].append(median_ms(step, per_round, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True)))
-        med = {k: statistics.median(v) for k, v in res.items()}
-        p = med["plain"]
-        print(
-            f"{name:14}{p:10.2f}"
-            f"{med['op']:10.2f} ({med['op'] / p:4.2f}x)"
-            f"{med['noop']:12.2f} ({med['noop'] / p:4.2f}x)"
-            f"{med['anomaly']:12.2f} ({med['anomaly'] / p:4.2f}x)"
+            for label, measure in modes:
+                res[label].append(measure(step, per_round))
+        p = statistics.median(res["plain"])
+        cells = "".join(
+            f"{statistics.median(res[label]):12.2f} ({statistics.median(res[label]) / p:4.2f}x)" for label, _ in modes
         )
+        print(f"{name:14}{p:10.2f}{cells}")
+
+
+def bench_step():
+    """The cheap tier while observing, after its hooks are removed, and detect_anomaly."""
+    compare(
+        "per-step cost",
+        [
+            ("observing", _observing(False)),
+            ("after hooks off", lambda step, n: median_ms(step, n)),
+            ("detect_anomaly", _anomaly),
+        ],
+    )
+
+
+def bench_op():
+    """The op-level step (every torch call recorded) beside a no-op Python TorchDispatchMode
+    and detect_anomaly."""
+    compare(
+        "op-level step",
+        [("op-level", _observing(True)), ("no-op dispatch", _noop_dispatch), ("detect_anomaly", _anomaly)],
+    )
 
 
 def bench_explain(size_mb=100, repeats=5):

@@ -32,6 +32,7 @@ def test_lint_agrees_with_the_runtime_on_static_bugs(tmp_path):
         ("loss_rewrap_item", "loss_rewrap", 9),
         ("zero_grad_accumulation", "zero_grad_order", 28),
         ("zero_grad_after_backward", "zero_grad_order", 16),
+        ("grad_hook_zeroing", "grad_hook", 11),
     }
     missing = static - found
     assert not missing, missing

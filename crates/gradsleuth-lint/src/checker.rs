@@ -75,6 +75,8 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        rules::grad_without_create_graph::check(self, &module.body);
+        rules::frozen_then_optimized::check(self, &module.body);
         self.visit_body(&module.body);
     }
 
@@ -154,15 +156,26 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::no_grad_forward::check(self, f);
                 self.functions.push(f.name.id.to_string());
                 rules::zero_grad_order::check(self, &f.body);
+                rules::step_before_backward::check(self, &f.body);
+                rules::grad_without_create_graph::check(self, &f.body);
+                rules::frozen_then_optimized::check(self, &f.body);
                 visitor::walk_stmt(self, stmt);
                 self.functions.pop();
                 return;
             }
-            Stmt::For(f) => rules::zero_grad_order::check(self, &f.body),
-            Stmt::While(w) => rules::zero_grad_order::check(self, &w.body),
+            Stmt::For(f) => {
+                rules::zero_grad_order::check(self, &f.body);
+                rules::step_before_backward::check(self, &f.body);
+            }
+            Stmt::While(w) => {
+                rules::zero_grad_order::check(self, &w.body);
+                rules::step_before_backward::check(self, &w.body);
+            }
+            Stmt::With(w) => rules::backward_in_no_grad::check(self, w),
             Stmt::Assign(a) => {
                 rules::unregistered::check(self, a);
                 rules::non_leaf_param::check(self, a);
+                rules::non_diff_in_loss::check(self, stmt);
             }
             _ => {}
         }
@@ -176,6 +189,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::buffer_not_param::check(self, expr);
                 rules::loss_rewrap::check(self, expr);
                 rules::grad_clip_zero::check(self, expr);
+                rules::hook_zeroes_grad::check(self, expr);
             }
             Expr::Attribute(_) => rules::data_attr::check(self, expr),
             _ => {}

@@ -2,13 +2,19 @@
 
 use gradsleuth_model::{Category, Finding, Severity};
 
+pub mod backward_in_no_grad;
 pub mod buffer_not_param;
 pub mod data_attr;
+pub mod frozen_then_optimized;
 pub mod grad_clip_zero;
+pub mod grad_without_create_graph;
+pub mod hook_zeroes_grad;
 pub mod loss_rewrap;
 pub mod no_grad_forward;
+pub mod non_diff_in_loss;
 pub mod non_leaf_param;
 pub mod recreated_module;
+pub mod step_before_backward;
 pub mod unregistered;
 pub mod zero_grad_order;
 
@@ -37,6 +43,12 @@ pub const ALL: &[&Rule] = &[
     &loss_rewrap::RULE,
     &grad_clip_zero::RULE,
     &zero_grad_order::RULE,
+    &hook_zeroes_grad::RULE,
+    &backward_in_no_grad::RULE,
+    &grad_without_create_graph::RULE,
+    &step_before_backward::RULE,
+    &non_diff_in_loss::RULE,
+    &frozen_then_optimized::RULE,
 ];
 
 /// The lint rule that catches a runtime category statically, where one exists.

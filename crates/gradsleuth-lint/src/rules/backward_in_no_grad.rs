@@ -1,0 +1,78 @@
+//! GS311: the loss computed (or backward called) inside `with torch.no_grad()`.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{Expr, Stmt, StmtWith};
+
+use super::Rule;
+use crate::checker::{dotted, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS311",
+    name: "backward-in-no-grad",
+    category: Category::NoGrad,
+    doc: "`loss.backward()` inside `with torch.no_grad():` (or `inference_mode`) means the loss \
+          was computed without history: backward fails with \"element 0 of tensors does not \
+          require grad\", or, if a leaf was re-made to silence it, trains nothing. Compute the \
+          loss and call backward outside the block.",
+};
+
+struct FindsBackward<'a>(Option<&'a Expr>);
+
+impl<'a> Visitor<'a> for FindsBackward<'a> {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if self.0.is_none() {
+            if let Expr::Call(c) = e {
+                if matches!(c.func.as_ref(), Expr::Attribute(a) if a.attr.id.as_str() == "backward")
+                {
+                    self.0 = Some(e);
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+            visitor::walk_stmt(self, s);
+        }
+    }
+}
+
+pub fn check(ck: &mut Checker, w: &StmtWith) {
+    let disables = w.items.iter().any(|i| {
+        let target = match &i.context_expr {
+            Expr::Call(c) => dotted(&c.func),
+            other => dotted(other),
+        };
+        target.is_some_and(|n| n.ends_with("no_grad") || n.ends_with("inference_mode"))
+    });
+    if !disables {
+        return;
+    }
+    let mut finder = FindsBackward(None);
+    visitor::walk_body(&mut finder, &w.body);
+    let Some(call) = finder.0 else { return };
+    let loc = ck.location(call);
+    ck.report(
+        RULE.finding("`backward()` is called inside a `no_grad`/`inference_mode` block: the loss has no history, so nothing learns.")
+            .at(Some(loc))
+            .fix("Move the loss computation and `backward()` out of the block; keep `no_grad` for evaluation only."),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_backward_under_no_grad() {
+        let src = "with torch.no_grad():\n    loss = model(x).sum()\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS311".into(), 3)]);
+    }
+
+    #[test]
+    fn evaluation_blocks_are_fine() {
+        let src = "with torch.no_grad():\n    acc = (model(x).argmax(1) == y).float().mean()\nloss.backward()\n";
+        assert!(codes(src).is_empty());
+    }
+}

@@ -1,0 +1,77 @@
+//! GS314: argmax/round/comparisons/integer casts in a loss expression.
+
+use gradsleuth_model::Category;
+use ruff_python_ast::{Expr, Stmt};
+
+use super::Rule;
+use crate::checker::{dotted, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS314",
+    name: "non-differentiable-loss",
+    category: Category::NonDifferentiable,
+    doc: "`argmax`, `argmin`, `round`, `floor`, `ceil`, `sign`, `.long()`, `.int()`, `.bool()` \
+          have no useful gradient. On the value path of an expression assigned to a `loss` \
+          (arithmetic and method chains; not labels passed to a loss function, not the \
+          condition of a `where`) the model gets no gradient through that term. Use a differentiable surrogate (softmax, a \
+          straight-through estimator). Metrics computed this way are fine: name them otherwise.",
+};
+
+const OPS: &[&str] = &[
+    "argmax", "argmin", "round", "floor", "ceil", "sign", "long", "int", "bool",
+];
+
+/// The first non-differentiable op on the *value path* of a loss expression: arithmetic and
+/// method chains are followed; arguments of function calls (labels passed to a loss, the
+/// condition of `torch.where`) and comparisons in conditions are not.
+fn non_diff(e: &Expr) -> Option<&Expr> {
+    match e {
+        Expr::Call(c) => match c.func.as_ref() {
+            Expr::Attribute(a) => {
+                if OPS.contains(&a.attr.id.as_str())
+                    && !dotted(&a.value).is_some_and(|v| v == "math" || v == "np" || v == "numpy")
+                {
+                    // `torch.round(x)` / `x.round()`
+                    return Some(e);
+                }
+                non_diff(&a.value)
+            }
+            _ => None,
+        },
+        Expr::BinOp(b) => non_diff(&b.left).or_else(|| non_diff(&b.right)),
+        Expr::UnaryOp(u) => non_diff(&u.operand),
+        _ => None,
+    }
+}
+
+pub fn check(ck: &mut Checker, s: &Stmt) {
+    let Stmt::Assign(a) = s else { return };
+    let is_loss = a.targets.iter().any(|t| matches!(t, Expr::Name(n) if n.id.as_str() == "loss" || n.id.as_str().ends_with("_loss")));
+    if !is_loss {
+        return;
+    }
+    let Some(op) = non_diff(&a.value) else { return };
+    let loc = ck.location(op);
+    ck.report(
+        RULE.finding("A non-differentiable op (argmax, rounding, a comparison or an integer cast) is part of the loss: the model gets no gradient through it.")
+            .at(Some(loc))
+            .fix("Use a differentiable surrogate: log-softmax/cross-entropy instead of argmax, `x + (x.round() - x).detach()` for rounding."),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_argmax_in_a_loss() {
+        let src = "loss = (logits.argmax(-1).float() - y).abs().mean()\n";
+        assert_eq!(codes(src), vec![("GS314".into(), 1)]);
+    }
+
+    #[test]
+    fn metrics_labels_and_conditions_are_fine() {
+        let src = "acc = (logits.argmax(-1) == y).float().mean()\nloss = F.cross_entropy(logits, y) + math.floor(2.5)\nloss = F.cross_entropy(s, t.argmax(-1))\nloss = torch.where(z < d, 0.5 * z * z, d * z)\n";
+        assert!(codes(src).is_empty());
+    }
+}

@@ -109,7 +109,6 @@ def test_trace_context_manager_observes_a_users_loop_then_gets_out_of_the_way():
     assert unused and unused[0]["params"] == ["extra.weight", "extra.bias"]
     assert report.steps_observed == 2
     # The saved capture re-renders through the CLI.
-    path = Path(gradsleuth.__file__).parent  # noqa: F841
     cap = json.loads(t._rec.to_json())
     assert cap["format"] == "gradsleuth-capture"
 

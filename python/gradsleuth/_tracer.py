@@ -24,31 +24,23 @@ import weakref
 import torch
 from torch import nn
 
-from gradsleuth._core import NORM_INF, NORM_NAN
+from gradsleuth._core import NORM_INF, NORM_NAN, Frames
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SKIP_PREFIXES = (_TORCH_DIR, _OWN_DIR, "<frozen")
-_SKIP_FILES = {"runpy.py", "contextlib.py", "functools.py"}
+# Which frames are the user's is decided in Rust (gradsleuth._core.Frames), with a cache per
+# code object; the tracer only hands it frames.
+_FRAMES = Frames([_TORCH_DIR, _OWN_DIR])
 
 
 def user_frame(frame):
-    """The innermost frame of the user's code, skipping torch, gradsleuth and runpy."""
-    f = frame
-    while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP_PREFIXES) and os.path.basename(fn) not in _SKIP_FILES:
-            return f
-        f = f.f_back
-    return None
+    """The innermost frame of the user's code, skipping torch, gradsleuth and forwarding stdlib."""
+    return _FRAMES.user_frame(frame) if frame is not None else None
 
 
 def site_of(frame):
-    f = user_frame(frame)
-    if f is None:
-        return (None, None, None)
-    code = f.f_code
-    return (os.path.abspath(code.co_filename), f.f_lineno, getattr(code, "co_qualname", code.co_name))
+    """`(file, line, function)` of the innermost user frame, or `(None, None, None)`."""
+    return _FRAMES.site(frame) if frame is not None else (None, None, None)
 
 
 def _encode(x: float) -> float:

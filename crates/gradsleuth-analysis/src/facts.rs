@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use gradsleuth_model::capture::{Capture, TensorKind, TensorRec};
 use gradsleuth_model::{ParamRow, ParamStatus};
-use gradsleuth_source::SourceCache;
 
 /// The tracer encodes non-finite norms as negative numbers (JSON has no NaN).
 pub const NORM_NAN: f64 = -1.0;
@@ -79,7 +78,7 @@ pub struct Facts {
 }
 
 impl Facts {
-    pub fn derive(capture: &Capture, _source: &mut SourceCache) -> Facts {
+    pub fn derive(capture: &Capture) -> Facts {
         let mut by_opt: HashMap<u64, Vec<u64>> = HashMap::new();
         for o in &capture.optimizers {
             for &p in &o.params {

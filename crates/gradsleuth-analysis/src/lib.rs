@@ -28,8 +28,8 @@ pub struct Context<'a> {
 
 impl<'a> Context<'a> {
     pub fn new(capture: &'a Capture) -> Self {
-        let mut source = SourceCache::new();
-        let facts = Facts::derive(capture, &mut source);
+        let source = SourceCache::new();
+        let facts = Facts::derive(capture);
         Context {
             capture,
             facts,

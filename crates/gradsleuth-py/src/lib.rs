@@ -17,6 +17,7 @@ use gradsleuth_source::SourceCache;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
+mod frames;
 mod graph;
 mod oplog;
 
@@ -566,6 +567,7 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
     m.add_class::<oplog::OpLog>()?;
+    m.add_class::<frames::Frames>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(render, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;

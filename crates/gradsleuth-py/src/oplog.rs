@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::frames::{FrameWalker, Site};
 use crate::graph::Live;
 use crate::Recorder;
 
@@ -82,24 +83,13 @@ impl Keeper {
     }
 }
 
-/// (file, qualname) of a user code object.
-type CodeInfo = (Arc<str>, Arc<str>);
-
-#[derive(Clone)]
-struct Site {
-    file: Arc<str>,
-    line: u32,
-    function: Arc<str>,
-}
-
-impl Site {
-    fn location(&self, rec: &mut Recorder) -> Option<Location> {
-        rec.loc(
-            Some(self.file.to_string()),
-            Some(self.line),
-            Some(self.function.to_string()),
-        )
-    }
+/// A user frame as a location in the capture (snippet, cwd-relative path).
+fn site_location(site: &Site, rec: &mut Recorder) -> Option<Location> {
+    rec.loc(
+        Some(site.file.to_string()),
+        Some(site.line),
+        Some(site.function.to_string()),
+    )
 }
 
 struct Cut {
@@ -119,7 +109,6 @@ struct Cut {
 struct Inplace {
     op: Arc<str>,
     site: Option<Site>,
-    target: usize,
     version: u64,
     prev_node: Option<String>,
     /// The node the tensor has after the in-place op (errors may name this one).
@@ -176,8 +165,7 @@ const NON_DIFF: &[&str] = &[
 pub struct OpLog {
     funcs: FxHashMap<usize, FuncInfo>,
     /// Code object address -> (file, qualname), or None for frames to skip.
-    codes: FxHashMap<usize, Option<CodeInfo>>,
-    skip_prefixes: Vec<String>,
+    frames: FrameWalker,
     tensor_type: Py<PyAny>,
     is_grad_enabled: Py<PyAny>,
     getframe: Py<PyAny>,
@@ -227,69 +215,15 @@ impl OpLog {
 
     /// Up to `depth` frames of the user's code, innermost first.
     fn stack(&mut self, py: Python<'_>, depth: usize) -> Vec<Site> {
-        let mut out = Vec::new();
-        let Ok(mut frame) = self.getframe.bind(py).call1((1,)) else {
-            return out;
-        };
-        for _ in 0..200 {
-            if frame.is_none() || out.len() >= depth {
-                break;
-            }
-            let Ok(code) = frame.getattr(pyo3::intern!(py, "f_code")) else {
-                break;
-            };
-            let key = code.as_ptr() as usize;
-            let entry = match self.codes.get(&key) {
-                Some(e) => e.clone(),
-                None => {
-                    let file: String = code
-                        .getattr("co_filename")
-                        .and_then(|f| f.extract())
-                        .unwrap_or_default();
-                    let skip = file.starts_with('<')
-                        || self
-                            .skip_prefixes
-                            .iter()
-                            .any(|p| file.starts_with(p.as_str()));
-                    let e = if skip {
-                        None
-                    } else {
-                        let func: String = code
-                            .getattr("co_qualname")
-                            .or_else(|_| code.getattr("co_name"))
-                            .and_then(|f| f.extract())
-                            .unwrap_or_default();
-                        let abs = std::path::Path::new(&file);
-                        let file = if abs.is_absolute() {
-                            file
-                        } else {
-                            std::env::current_dir()
-                                .map(|d| d.join(abs).to_string_lossy().into_owned())
-                                .unwrap_or(file)
-                        };
-                        Some((Arc::<str>::from(file), Arc::<str>::from(func)))
-                    };
-                    self.codes.insert(key, e.clone());
-                    e
-                }
-            };
-            if let Some((file, function)) = entry {
-                let line: u32 = frame
-                    .getattr(pyo3::intern!(py, "f_lineno"))
-                    .and_then(|l| l.extract())
-                    .unwrap_or(0);
-                out.push(Site {
-                    file,
-                    line,
-                    function,
-                });
-            }
-            match frame.getattr(pyo3::intern!(py, "f_back")) {
-                Ok(f) => frame = f,
-                Err(_) => break,
-            }
+        match self.getframe.bind(py).call1((1,)) {
+            Ok(frame) => self
+                .frames
+                .walk(frame, depth)
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect(),
+            Err(_) => Vec::new(),
         }
-        out
     }
 
     fn is_tensor(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
@@ -601,7 +535,6 @@ impl OpLog {
                     self.inplace.push(Inplace {
                         op: name.clone(),
                         site: s,
-                        target: ptr,
                         version,
                         prev_node,
                         node,
@@ -722,8 +655,7 @@ impl OpLog {
         let torch = py.import("torch")?;
         Ok(OpLog {
             funcs: Default::default(),
-            codes: Default::default(),
-            skip_prefixes,
+            frames: FrameWalker::new(skip_prefixes),
             tensor_type: torch.getattr("Tensor")?.unbind(),
             is_grad_enabled: torch.getattr("is_grad_enabled")?.unbind(),
             getframe: py.import("sys")?.getattr("_getframe")?.unbind(),
@@ -827,7 +759,6 @@ impl OpLog {
             })
             .collect();
         let mut out: Vec<CutRec> = Vec::new();
-        let mut explained: FxHashSet<u64> = FxHashSet::default();
         let mut src = Live::new(py);
         for id in order {
             let Some(cut) = self.cuts.get(id as usize) else {
@@ -843,7 +774,6 @@ impl OpLog {
             if params.is_empty() && cut.kind != "create_graph" {
                 continue;
             }
-            explained.extend(params.iter().copied());
             // Names are final only at the end of the run: the analysis puts the parameter first.
             let mut chain = Vec::new();
             if let (Some(leaf), Some(root)) = (first_leaf, cut.nodes.first()) {
@@ -865,13 +795,16 @@ impl OpLog {
                 .unwrap_or_default();
             chain.push(format!("✂ {}{here}", cut.op));
             chain.push("loss".into());
-            let location = cut.site.as_ref().and_then(|s| s.location(&mut recorder));
+            let location = cut
+                .site
+                .as_ref()
+                .and_then(|s| site_location(s, &mut recorder));
             let related: Vec<Related> = cut
                 .related
                 .iter()
                 .filter_map(|(s, m)| {
                     Some(Related {
-                        location: s.location(&mut recorder)?,
+                        location: site_location(s, &mut recorder)?,
                         message: (*m).to_owned(),
                     })
                 })
@@ -908,7 +841,11 @@ impl OpLog {
                 exits
             };
             for c in exits {
-                if let Some(l) = c.site.as_ref().and_then(|s| s.location(&mut recorder)) {
+                if let Some(l) = c
+                    .site
+                    .as_ref()
+                    .and_then(|s| site_location(s, &mut recorder))
+                {
                     related.push(Related {
                         location: l,
                         message: format!("`{}` takes the value out of autograd", c.op),
@@ -918,7 +855,7 @@ impl OpLog {
             out.push(CutRec {
                 kind: "loss_rewrap".into(),
                 op: "requires_grad=True".into(),
-                location: site.as_ref().and_then(|s| s.location(&mut recorder)),
+                location: site.as_ref().and_then(|s| site_location(s, &mut recorder)),
                 related,
                 params,
                 chain: vec![
@@ -928,7 +865,6 @@ impl OpLog {
                 step: self.step,
             });
         }
-        let _ = explained;
         recorder.capture.cuts.extend(out);
         self.clear();
     }
@@ -971,15 +907,23 @@ impl OpLog {
         let node = e.prev_node.clone().unwrap_or(node);
         let rec = InplaceRec {
             op: e.op.to_string(),
-            location: e.site.as_ref().and_then(|s| s.location(&mut recorder)),
-            saved_at: e.consumed.as_ref().and_then(|s| s.location(&mut recorder)),
-            created_at: e.created.as_ref().and_then(|s| s.location(&mut recorder)),
+            location: e
+                .site
+                .as_ref()
+                .and_then(|s| site_location(s, &mut recorder)),
+            saved_at: e
+                .consumed
+                .as_ref()
+                .and_then(|s| site_location(s, &mut recorder)),
+            created_at: e
+                .created
+                .as_ref()
+                .and_then(|s| site_location(s, &mut recorder)),
             node,
             shape: e.shape.clone(),
             version: e.version,
             kind: "inplace_saved".into(),
         };
-        let _ = e.target;
         recorder.capture.inplace.push(rec);
         true
     }
@@ -996,7 +940,7 @@ impl OpLog {
             return;
         }
         let name = self.func_info(&func).name.to_string();
-        let location = self.site(py).and_then(|s| s.location(&mut recorder));
+        let location = self.site(py).and_then(|s| site_location(&s, &mut recorder));
         recorder.capture.inplace.push(InplaceRec {
             op: name,
             location,

@@ -51,11 +51,6 @@ pub const ALL: &[&Rule] = &[
     &frozen_then_optimized::RULE,
 ];
 
-/// The lint rule that catches a runtime category statically, where one exists.
-pub fn for_category(category: Category) -> Option<&'static Rule> {
-    ALL.iter().copied().find(|r| r.category == category)
-}
-
 #[cfg(test)]
 pub(crate) fn codes(src: &str) -> Vec<(String, u32)> {
     crate::lint_source("t.py", src)

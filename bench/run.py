@@ -10,6 +10,8 @@ step: per-step cost of the three bench models (plain step = 1.00x) while gradsle
 op:   the op-level step (every torch call recorded, as in the first observed step) beside a
       no-op Python TorchDispatchMode and `detect_anomaly()`.
 explain: a 100 MB log and a 2 KB traceback, through the installed command and the Rust binary.
+lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
+      subset of torch's Python sources and on all of them: CPU s, wall s, lines/s, peak RSS.
 """
 
 from __future__ import annotations
@@ -286,8 +288,136 @@ def bench_explain(size_mb=100, repeats=5):
                 print(f"{label:30} {what:16} {statistics.median(ts):9.1f} ms")
 
 
+_RUNNER = """
+import os, sys, time
+timeout, cmd = float(sys.argv[1]), sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.execv(cmd[0], cmd)
+while True:
+    done, status, ru = os.wait4(pid, os.WNOHANG)
+    if done:
+        break
+    if time.perf_counter() - t0 > timeout:
+        os.killpg(pid, 9)
+        os.wait4(pid, 0)
+        print("timeout")
+        sys.exit(0)
+    time.sleep(0.002)
+print(ru.ru_utime + ru.ru_stime, time.perf_counter() - t0, ru.ru_maxrss / 1024)
+"""
+
+
+def _measure(cmd, timeout):
+    """CPU seconds (user+sys, children included), wall seconds, peak RSS (MB) of one command.
+
+    Measured by a small launcher process: a child forked straight from this process (which
+    holds torch, ~600 MB) would report this process's memory as its own peak."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-S", "-E", "-c", _RUNNER, str(timeout), *cmd], capture_output=True, text=True
+    ).stdout.split()
+    if not out or out[0] == "timeout":
+        return None
+    cpu, wall, rss = map(float, out)
+    return cpu, wall, rss
+
+
+def _copy_py(files, src_root, dst_root):
+    import os
+    import shutil
+
+    lines = 0
+    for f in files:
+        rel = os.path.relpath(f, src_root)
+        dst = os.path.join(dst_root, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(f, dst)
+        with open(f, "rb") as fh:
+            lines += fh.read().count(b"\n")
+    return lines
+
+
+def bench_lint(subset_lines=100_000, torchfix_timeout=900, full_torchfix_timeout=120):
+    """gradsleuth lint beside TorchFix and ruff, on the same copied files."""
+    import os
+    import tempfile
+
+    bindir = os.path.dirname(sys.executable)
+    torch_dir = os.path.dirname(torch.__file__)
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(torch_dir) for f in fs if f.endswith(".py"))
+    with tempfile.TemporaryDirectory() as tmp:
+        full = os.path.join(tmp, "full")
+        full_lines = _copy_py(files, os.path.dirname(torch_dir), full)
+        # The subset: torch/nn, torch/optim, torch/autograd, ... in path order up to the limit.
+        subset_files, n = [], 0
+        preferred = [f for f in files if any(f"/torch/{p}/" in f for p in ("nn", "optim", "autograd", "utils/data"))]
+        for f in preferred + [f for f in files if f not in set(preferred)]:
+            if n >= subset_lines:
+                break
+            with open(f, "rb") as fh:
+                n += fh.read().count(b"\n")
+            subset_files.append(f)
+        sub = os.path.join(tmp, "subset")
+        sub_lines = _copy_py(subset_files, os.path.dirname(torch_dir), sub)
+        tools = [
+            (
+                "gradsleuth lint",
+                lambda p: [
+                    os.path.join(bindir, "gradsleuth"),
+                    "lint",
+                    "--isolated",
+                    "--fail-on",
+                    "never",
+                    "--format",
+                    "json",
+                    p,
+                ],
+            ),
+            (
+                "ruff --select E9,F",
+                lambda p: [
+                    os.path.join(bindir, "ruff"),
+                    "check",
+                    "--isolated",
+                    "--select",
+                    "E9,F",
+                    "--no-cache",
+                    "--exit-zero",
+                    "-q",
+                    p,
+                ],
+            ),
+            ("TorchFix", lambda p: [os.path.join(bindir, "torchfix"), "--select", "ALL", p]),
+        ]
+        print(f"\n## lint: torch {torch.__version__} sources, {os.cpu_count()} cores (CPU s = user+sys incl. children)")
+        head = f"{'CPU s':>9}{'wall s':>9}{'lines/CPU-s':>14}{'peak MB':>9}{'CPU vs gradsleuth':>19}"
+        print(f"{'files':34}{'tool':22}{head}")
+        for label, path, lines, limits in (
+            (f"subset ({len(subset_files)} files, {sub_lines:,} lines)", sub, sub_lines, (60, 60, torchfix_timeout)),
+            (f"all ({len(files)} files, {full_lines:,} lines)", full, full_lines, (120, 120, full_torchfix_timeout)),
+        ):
+            base = None
+            for (tool, cmd), limit in zip(tools, limits):
+                res = _measure(cmd(path), limit)
+                if res is None:
+                    print(f"{label:34}{tool:22}{'timed out after ' + str(limit) + ' s wall':>59}")
+                    continue
+                cpu, wall, rss = res
+                base = base or cpu
+                rate = lines / max(cpu, 1e-9)
+                print(f"{label:34}{tool:22}{cpu:9.2f}{wall:9.2f}{rate:14,.0f}{rss:9.0f}{cpu / base:18.1f}x")
+        print("goals: gradsleuth >= 500x TorchFix's throughput, CPU within 3x of ruff's")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "explain"]
+    which = sys.argv[1:] or ["walk", "step", "op", "explain", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -299,3 +429,5 @@ if __name__ == "__main__":
         bench_op()
     if "explain" in which:
         bench_explain()
+    if "lint" in which:
+        bench_lint()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 GRADSLEUTH = str(BIN / "gradsleuth")
+CASES = sorted(p.parent for p in (ROOT / "tests" / "cases").glob("*/train.py"))
 
 
 def run_gradsleuth(*args, cwd=None, timeout=600, env=None, input=None):
@@ -48,3 +50,23 @@ def write_script(tmp_path):
         return p
 
     return write
+
+
+def _run_case(case: Path):
+    expected = json.loads((case / "expected.json").read_text())
+    out = case / ".report.json"
+    if out.exists():
+        out.unlink()
+    proc = run_gradsleuth("run", "--format", "json", "--out", out, *expected.get("args", []), "train.py", cwd=case)
+    report = json.loads(out.read_text()) if out.exists() else None
+    if out.exists():
+        out.unlink()
+    return expected, proc, report
+
+
+@pytest.fixture(scope="session")
+def results():
+    """Every corpus case under the real `gradsleuth run`, two at a time: case -> (expected,
+    process, report)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(CASES, pool.map(_run_case, CASES)))

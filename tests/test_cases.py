@@ -9,31 +9,10 @@ Controls (`"control": true`) must produce no warning and no error. Cases run und
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_gradsleuth
-
-CASES = sorted(p.parent for p in (ROOT / "tests" / "cases").glob("*/train.py"))
-
-
-def _run(case: Path):
-    expected = json.loads((case / "expected.json").read_text())
-    out = case / ".report.json"
-    if out.exists():
-        out.unlink()
-    proc = run_gradsleuth("run", "--format", "json", "--out", out, *expected.get("args", []), "train.py", cwd=case)
-    report = json.loads(out.read_text()) if out.exists() else None
-    if out.exists():
-        out.unlink()
-    return expected, proc, report
-
-
-@pytest.fixture(scope="session")
-def results():
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(CASES, pool.map(_run, CASES)))
+from conftest import CASES
 
 
 def _matches(finding, want):

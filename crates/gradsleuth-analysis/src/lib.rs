@@ -75,6 +75,7 @@ pub fn analyze(capture: &Capture) -> Report {
     for check in checks::ALL {
         findings.extend((check.run)(&ctx));
     }
+    link_lint_rules(&mut findings);
     let mut report = Report::new(&capture.command);
     report.target = capture.target.clone();
     report.environment = capture.environment.clone();
@@ -91,6 +92,55 @@ pub fn analyze(capture: &Capture) -> Report {
         });
     }
     report
+}
+
+/// A runtime finding that `gradsleuth lint` would have caught names the rule: the same
+/// category (or the optimizer pair) at the same line of the same file, found by linting the
+/// files the findings point to.
+fn link_lint_rules(findings: &mut [Finding]) {
+    use gradsleuth_model::Category as C;
+    let same = |a: C, b: C| {
+        a == b
+            || matches!(
+                (a, b),
+                (
+                    C::OptimizerMissing | C::OptimizerStale,
+                    C::OptimizerMissing | C::OptimizerStale
+                )
+            )
+    };
+    let mut by_file: std::collections::HashMap<String, Vec<Finding>> = Default::default();
+    for f in findings.iter_mut() {
+        let Some(loc) = f.location.clone() else {
+            continue;
+        };
+        if !loc.file.ends_with(".py") {
+            continue;
+        }
+        let lint = by_file.entry(loc.file.clone()).or_insert_with(|| {
+            std::fs::read_to_string(&loc.file)
+                .ok()
+                .and_then(|src| gradsleuth_lint::lint_source(&loc.file, &src).ok())
+                .unwrap_or_default()
+        });
+        let hit = lint.iter().find(|l| {
+            same(l.category, f.category)
+                && l.location.as_ref().is_some_and(|ll| ll.line == loc.line)
+        });
+        if let Some(hit) = hit {
+            let name = gradsleuth_lint::rules::ALL
+                .iter()
+                .find(|r| r.code == hit.code)
+                .map_or("", |r| r.name);
+            f.related.push(gradsleuth_model::Related {
+                location: hit.location.clone().unwrap_or(loc),
+                message: format!(
+                    "`gradsleuth lint` flags this before running: {} ({name})",
+                    hit.code
+                ),
+            });
+        }
+    }
 }
 
 /// The findings that explain the script's exception, by what the message says.

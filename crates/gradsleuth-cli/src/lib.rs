@@ -41,6 +41,21 @@ pub enum Command {
 pub enum Format {
     Text,
     Json,
+    /// SARIF 2.1.0, for code scanning.
+    Sarif,
+    /// GitHub Actions annotations (`::error file=...`).
+    Github,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Sarif => "sarif",
+            Format::Github => "github",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -59,9 +74,9 @@ pub struct Output {
     /// Write the report to FILE instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Exit 1 when findings at or above this severity exist.
-    #[arg(long, value_enum, default_value_t = FailOn::Error)]
-    pub fail_on: FailOn,
+    /// Exit 1 when findings at or above this severity exist [default: error].
+    #[arg(long, value_enum)]
+    pub fail_on: Option<FailOn>,
     /// List every parameter in the text report, learning ones too.
     #[arg(long)]
     pub all_params: bool,
@@ -79,8 +94,19 @@ pub enum CliError {
 impl Output {
     /// Renders and writes the report; returns the exit code its findings call for.
     pub fn emit(&self, report: &Report) -> Result<i32, CliError> {
+        self.emit_with_rules(report, &[])
+    }
+
+    /// As [`Output::emit`], with the rules' documentation for SARIF.
+    pub fn emit_with_rules(
+        &self,
+        report: &Report,
+        rules: &[gradsleuth_render::RuleInfo],
+    ) -> Result<i32, CliError> {
         let text = match self.format {
             Format::Json => gradsleuth_render::json(report),
+            Format::Sarif => gradsleuth_render::sarif(report, rules),
+            Format::Github => gradsleuth_render::github(report),
             Format::Text => {
                 let color = self.out.is_none()
                     && std::io::stdout().is_terminal()
@@ -107,7 +133,7 @@ impl Output {
     }
 
     pub fn exit_code(&self, report: &Report) -> i32 {
-        let threshold = match self.fail_on {
+        let threshold = match self.fail_on.unwrap_or(FailOn::Error) {
             FailOn::Error => Severity::Error,
             FailOn::Warning => Severity::Warning,
             FailOn::Never => return 0,

@@ -9,14 +9,37 @@ use ruff_text_size::Ranged;
 
 use crate::rules;
 
+/// A text edit a rule offers as a fix that keeps the code's meaning (`--fix`, `--diff`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    /// The finding it fixes: code and line.
+    pub code: String,
+    pub line: u32,
+    /// Byte range in the source, and its replacement.
+    pub start: usize,
+    pub end: usize,
+    pub content: String,
+}
+
 /// What a rule may ask about where it is.
 pub struct Checker<'a> {
     pub path: String,
     pub source: &'a str,
     line_starts: Vec<usize>,
     pub findings: Vec<Finding>,
+    pub edits: Vec<Edit>,
+    /// How this file names `torch.nn` (`nn` after `import torch.nn as nn` or `from torch import
+    /// nn`, `torch.nn` after `import torch`), for fixes that insert `nn.ModuleList`.
+    pub nn_prefix: Option<String>,
     /// Names of classes in this file that subclass `nn.Module` (directly or not).
     module_classes: HashSet<String>,
+    /// Functions of this file that return a newly built module (`def mlp(...): return
+    /// nn.Sequential(...)`).
+    module_factories: HashSet<String>,
+    /// Methods of the current class that `forward` calls (directly or through each other).
+    forward_helpers: HashSet<String>,
+    /// Functions that give a parameter of theirs a new submodule (see GS322).
+    replacing: Vec<(String, usize, String)>,
     /// Enclosing classes: (name, is an nn.Module subclass).
     classes: Vec<(String, bool)>,
     /// Enclosing function names.
@@ -30,6 +53,26 @@ pub fn dotted(expr: &Expr) -> Option<String> {
         Expr::Attribute(a) => Some(format!("{}.{}", dotted(&a.value)?, a.attr.id)),
         _ => None,
     }
+}
+
+/// `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (called or
+/// not, as a context manager or a decorator).
+pub fn disables_grad(expr: &Expr) -> bool {
+    let (target, call) = match expr {
+        Expr::Call(c) => (dotted(&c.func), Some(c)),
+        other => (dotted(other), None),
+    };
+    let Some(target) = target else { return false };
+    if target.ends_with("no_grad") || target.ends_with("inference_mode") {
+        // `inference_mode(False)` re-enables.
+        return !call.is_some_and(
+            |c| matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value),
+        );
+    }
+    target.ends_with("set_grad_enabled")
+        && call.is_some_and(
+            |c| matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value),
+        )
 }
 
 /// The called name of a call, e.g. `torch.tensor`, `self.register_buffer`.
@@ -49,13 +92,19 @@ impl<'a> Checker<'a> {
             source,
             line_starts,
             findings: Vec::new(),
+            edits: Vec::new(),
+            nn_prefix: None,
             module_classes: HashSet::new(),
+            module_factories: HashSet::new(),
+            forward_helpers: HashSet::new(),
+            replacing: Vec::new(),
             classes: Vec::new(),
             functions: Vec::new(),
         }
     }
 
     pub fn check_module(&mut self, module: &'a ruff_python_ast::ModModule) {
+        self.nn_prefix = nn_prefix(&module.body);
         // Module subclasses first, so a class used before its definition is known.
         for _ in 0..3 {
             for stmt in &module.body {
@@ -75,9 +124,31 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        for stmt in &module.body {
+            if let Stmt::FunctionDef(f) = stmt {
+                if returns_module(self, &f.body) {
+                    self.module_factories.insert(f.name.id.to_string());
+                }
+            }
+        }
         rules::grad_without_create_graph::check(self, &module.body);
         rules::frozen_then_optimized::check(self, &module.body);
+        self.replacing = rules::optimizer_before_replace::replacing_functions(self, &module.body);
+        let replacing = std::mem::take(&mut self.replacing);
+        rules::optimizer_before_replace::check(self, &module.body, &replacing);
+        self.replacing = replacing;
+        rules::optimizer_subset::check(self, module);
+        rules::inplace_param::check(self, module);
+        for cut in crate::flow::Flow::run(self, module) {
+            rules::dispatch_cut(self, &cut);
+        }
         self.visit_body(&module.body);
+        // Two routes to one place (a rule and the data flow) give one finding.
+        let mut seen = HashSet::new();
+        self.findings.retain(|f| {
+            let l = f.location.as_ref();
+            seen.insert((f.code.clone(), l.map(|l| l.line)))
+        });
     }
 
     /// A location for a node: 1-based line and column (in characters), with the snippet.
@@ -109,10 +180,33 @@ impl<'a> Checker<'a> {
         loc
     }
 
+    /// Reports a finding with an edit that fixes it.
+    pub fn report_with_edit(
+        &mut self,
+        finding: Finding,
+        range: ruff_text_size::TextRange,
+        content: String,
+    ) {
+        let line = finding.location.as_ref().map_or(0, |l| l.line);
+        self.edits.push(Edit {
+            code: finding.code.clone(),
+            line,
+            start: range.start().to_usize(),
+            end: range.end().to_usize(),
+            content,
+        });
+        self.report(finding);
+    }
+
     pub fn report(&mut self, finding: Finding) {
         let mut f = finding;
         f.id = String::new();
         self.findings.push(f);
+    }
+
+    /// A class of this file that subclasses `nn.Module`.
+    pub fn is_module_class(&self, name: &str) -> bool {
+        self.module_classes.contains(name)
     }
 
     /// Inside a class that subclasses `nn.Module`.
@@ -120,9 +214,14 @@ impl<'a> Checker<'a> {
         self.classes.last().is_some_and(|(_, m)| *m)
     }
 
-    /// Inside `forward` of an `nn.Module` subclass (directly, or in a nested function).
+    /// Inside `forward` of an `nn.Module` subclass (directly, in a nested function, or in a
+    /// method that `forward` calls as `self.method(...)`).
     pub fn in_forward(&self) -> bool {
-        self.in_module_class() && self.functions.iter().any(|f| f == "forward")
+        self.in_module_class()
+            && self
+                .functions
+                .iter()
+                .any(|f| f == "forward" || self.forward_helpers.contains(f))
     }
 
     /// Is this a call constructing a module (`nn.Linear(...)`, `torch.nn.Conv2d(...)`, or a
@@ -139,7 +238,87 @@ impl<'a> Checker<'a> {
             || name.starts_with("nn.utils");
         (nn && !functional && last != "Parameter" && !last.ends_with("Error"))
             || self.module_classes.contains(&name)
+            || self.module_factories.contains(&name)
     }
+}
+
+/// How the file's top-level imports name `torch.nn`.
+fn nn_prefix(body: &[Stmt]) -> Option<String> {
+    let mut torch = false;
+    for s in body {
+        match s {
+            Stmt::Import(i) => {
+                for a in &i.names {
+                    match (a.name.id.as_str(), a.asname.as_ref().map(|n| n.id.as_str())) {
+                        ("torch.nn", Some(alias)) => return Some(alias.to_owned()),
+                        ("torch", None) | ("torch.nn", None) => torch = true,
+                        _ => {}
+                    }
+                }
+            }
+            Stmt::ImportFrom(f) if f.module.as_ref().is_some_and(|m| m.id.as_str() == "torch") => {
+                for a in &f.names {
+                    if a.name.id.as_str() == "nn" {
+                        return Some(a.asname.as_ref().map_or("nn", |n| n.id.as_str()).to_owned());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    torch.then(|| "torch.nn".to_owned())
+}
+
+/// Does a function body return a newly constructed module?
+fn returns_module(ck: &Checker, body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Return(r) => r.value.as_ref().is_some_and(|v| ck.constructs_module(v)),
+        _ => false,
+    })
+}
+
+/// Methods reachable from `forward` through `self.method(...)` calls.
+fn forward_helpers(c: &ruff_python_ast::StmtClassDef) -> HashSet<String> {
+    struct Calls(Vec<String>);
+    impl<'a> Visitor<'a> for Calls {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(call) = e {
+                if let Some(name) = dotted(&call.func) {
+                    if let Some(m) = name.strip_prefix("self.") {
+                        if !m.contains('.') {
+                            self.0.push(m.to_owned());
+                        }
+                    }
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let methods: std::collections::HashMap<&str, &ruff_python_ast::StmtFunctionDef> = c
+        .body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::FunctionDef(f) => Some((f.name.id.as_str(), f)),
+            _ => None,
+        })
+        .collect();
+    let mut out = HashSet::new();
+    let mut todo = vec!["forward"];
+    while let Some(m) = todo.pop() {
+        let Some(f) = methods.get(m) else { continue };
+        let mut calls = Calls(Vec::new());
+        for s in &f.body {
+            calls.visit_stmt(s);
+        }
+        for callee in calls.0 {
+            if let Some((name, _)) = methods.get_key_value(callee.as_str()) {
+                if *name != "forward" && *name != "__init__" && out.insert((*name).to_owned()) {
+                    todo.push(name);
+                }
+            }
+        }
+    }
+    out
 }
 
 impl<'a> Visitor<'a> for Checker<'a> {
@@ -148,7 +327,9 @@ impl<'a> Visitor<'a> for Checker<'a> {
             Stmt::ClassDef(c) => {
                 let is_module = self.module_classes.contains(c.name.id.as_str());
                 self.classes.push((c.name.id.to_string(), is_module));
+                let saved = std::mem::replace(&mut self.forward_helpers, forward_helpers(c));
                 visitor::walk_stmt(self, stmt);
+                self.forward_helpers = saved;
                 self.classes.pop();
                 return;
             }
@@ -159,6 +340,10 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::step_before_backward::check(self, &f.body);
                 rules::grad_without_create_graph::check(self, &f.body);
                 rules::frozen_then_optimized::check(self, &f.body);
+                let replacing = std::mem::take(&mut self.replacing);
+                rules::optimizer_before_replace::check(self, &f.body, &replacing);
+                self.replacing = replacing;
+                rules::inplace_saved::check(self, f);
                 visitor::walk_stmt(self, stmt);
                 self.functions.pop();
                 return;
@@ -176,6 +361,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::unregistered::check(self, a);
                 rules::non_leaf_param::check(self, a);
                 rules::non_diff_in_loss::check(self, stmt);
+                rules::loss_rewrap::check_assign(self, a);
             }
             _ => {}
         }

@@ -6,6 +6,10 @@
 //!   frame, its chain and its fix, then the parameter table. Colour only when asked
 //!   ([`TextOptions::color`]); the CLI decides from the TTY and `NO_COLOR`.
 //! * [`json`]: the schema's JSON, pretty-printed.
+//! * [`sarif`]: SARIF 2.1.0 for code scanning; [`github`]: GitHub Actions annotations.
+
+mod sarif;
+pub use sarif::{github, sarif, RuleInfo};
 
 use std::fmt::Write;
 

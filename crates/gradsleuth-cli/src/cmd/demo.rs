@@ -26,10 +26,7 @@ pub fn run(args: DemoArgs) -> Result<i32, CliError> {
         .map_err(|e| CliError::Io(format!("cannot create a temporary directory: {e}")))?;
     let script = dir.path().join("train.py");
     std::fs::write(&script, DEMO_SCRIPT).map_err(|e| CliError::Io(e.to_string()))?;
-    let fmt = match args.output.format {
-        crate::Format::Text => "text",
-        crate::Format::Json => "json",
-    };
+    let fmt = args.output.format.name();
     let mut argv = vec![
         "gradsleuth".to_string(),
         "run".into(),

@@ -5,7 +5,7 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, Stmt, StmtWith};
 
 use super::Rule;
-use crate::checker::{dotted, Checker};
+use crate::checker::{disables_grad, Checker};
 
 pub const RULE: Rule = Rule {
     code: "GS311",
@@ -39,13 +39,7 @@ impl<'a> Visitor<'a> for FindsBackward<'a> {
 }
 
 pub fn check(ck: &mut Checker, w: &StmtWith) {
-    let disables = w.items.iter().any(|i| {
-        let target = match &i.context_expr {
-            Expr::Call(c) => dotted(&c.func),
-            other => dotted(other),
-        };
-        target.is_some_and(|n| n.ends_with("no_grad") || n.ends_with("inference_mode"))
-    });
+    let disables = w.items.iter().any(|i| disables_grad(&i.context_expr));
     if !disables {
         return;
     }

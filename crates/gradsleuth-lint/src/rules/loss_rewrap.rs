@@ -28,8 +28,47 @@ fn contains_item_call(e: &Expr) -> bool {
     }
 }
 
+fn is_loss_name(e: &Expr) -> bool {
+    crate::checker::dotted(e).is_some_and(|n| {
+        let last = n.rsplit('.').next().unwrap_or(&n);
+        last == "loss" || last.ends_with("_loss") || last.starts_with("loss_")
+    })
+}
+
+fn report_flag(ck: &mut Checker, at: &impl ruff_text_size::Ranged) {
+    let loc = ck.location(at);
+    ck.report(
+        RULE.finding("`requires_grad` is switched on for the loss by hand: it has no history, so backward runs without error and no parameter learns.")
+            .at(Some(loc))
+            .fix("Remove the line and the cut that made the loss constant (gradsleuth run names it); the loss of a working model already requires grad."),
+    );
+}
+
+/// `loss.requires_grad = True`
+pub fn check_assign(ck: &mut Checker, a: &ruff_python_ast::StmtAssign) {
+    for t in &a.targets {
+        if let Expr::Attribute(at) = t {
+            if at.attr.id.as_str() == "requires_grad"
+                && is_loss_name(&at.value)
+                && matches!(a.value.as_ref(), Expr::BooleanLiteral(b) if b.value)
+            {
+                report_flag(ck, a);
+            }
+        }
+    }
+}
+
 pub fn check(ck: &mut Checker, e: &Expr) {
     let Expr::Call(c) = e else { return };
+    if let Expr::Attribute(at) = c.func.as_ref() {
+        if at.attr.id.as_str() == "requires_grad_"
+            && is_loss_name(&at.value)
+            && !matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value)
+        {
+            report_flag(ck, e);
+            return;
+        }
+    }
     if !call_name(e).is_some_and(|n| {
         matches!(
             n.as_str(),
@@ -66,9 +105,14 @@ mod tests {
     }
 
     #[test]
+    fn flags_requires_grad_switched_on_for_the_loss() {
+        let src = "loss = smoothness(model())\nloss.requires_grad_(True)\nloss.backward()\nval_loss = f(x)\nval_loss.requires_grad = True\n";
+        assert_eq!(codes(src), vec![("GS307".into(), 2), ("GS307".into(), 5)]);
+    }
+
+    #[test]
     fn plain_leaves_are_fine() {
-        let src =
-            "x = torch.tensor([1.0, 2.0], requires_grad=True)\nlog = torch.tensor(loss.item())\n";
+        let src = "x = torch.tensor([1.0, 2.0], requires_grad=True)\nlog = torch.tensor(loss.item())\nx.requires_grad_()\nloss.requires_grad_(False)\n";
         assert!(codes(src).is_empty());
     }
 }

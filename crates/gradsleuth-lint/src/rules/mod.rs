@@ -2,21 +2,81 @@
 
 use gradsleuth_model::{Category, Finding, Severity};
 
+use crate::checker::Checker;
+use crate::flow::{CutKind, FlowCut};
+
 pub mod backward_in_no_grad;
 pub mod buffer_not_param;
 pub mod data_attr;
+pub mod detach_cut;
 pub mod frozen_then_optimized;
 pub mod grad_clip_zero;
 pub mod grad_without_create_graph;
 pub mod hook_zeroes_grad;
+pub mod inplace_param;
+pub mod inplace_saved;
+pub mod item_roundtrip;
 pub mod loss_rewrap;
+pub mod no_grad_cut;
 pub mod no_grad_forward;
 pub mod non_diff_in_loss;
 pub mod non_leaf_param;
+pub mod optimizer_before_replace;
+pub mod optimizer_subset;
 pub mod recreated_module;
 pub mod step_before_backward;
+pub mod tensor_rewrap;
 pub mod unregistered;
 pub mod zero_grad_order;
+
+/// Modules without parameters (activations, pooling, dropout, losses): building one in
+/// `forward` or leaving it out of an optimizer changes nothing.
+pub(crate) const PARAMETER_FREE: &[&str] = &[
+    "ReLU",
+    "ReLU6",
+    "GELU",
+    "SiLU",
+    "Tanh",
+    "Sigmoid",
+    "LeakyReLU",
+    "ELU",
+    "Mish",
+    "Softmax",
+    "LogSoftmax",
+    "Softplus",
+    "Hardswish",
+    "Hardtanh",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "Identity",
+    "Flatten",
+    "Unflatten",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "Upsample",
+    "PixelShuffle",
+    "ZeroPad2d",
+    "CrossEntropyLoss",
+    "MSELoss",
+    "L1Loss",
+    "BCEWithLogitsLoss",
+    "BCELoss",
+    "NLLLoss",
+    "SmoothL1Loss",
+    "KLDivLoss",
+    "HuberLoss",
+];
 
 /// A lint rule's identity and documentation.
 pub struct Rule {
@@ -49,7 +109,57 @@ pub const ALL: &[&Rule] = &[
     &step_before_backward::RULE,
     &non_diff_in_loss::RULE,
     &frozen_then_optimized::RULE,
+    &detach_cut::RULE,
+    &item_roundtrip::RULE,
+    &tensor_rewrap::RULE,
+    &no_grad_cut::RULE,
+    &inplace_param::RULE,
+    &inplace_saved::RULE,
+    &optimizer_before_replace::RULE,
+    &optimizer_subset::RULE,
 ];
+
+/// Reports a cut found by the data flow ([`crate::flow`]) under the rule for its kind.
+pub(crate) fn dispatch_cut(ck: &mut Checker, cut: &FlowCut) {
+    match cut.cut.kind {
+        CutKind::Detach => detach_cut::report(ck, cut),
+        CutKind::Data => report_cut(
+            ck,
+            &data_attr::RULE,
+            cut,
+            "`.data`",
+            "Use the tensor itself (or `.detach()` where stopping the gradient is intended).",
+        ),
+        CutKind::Item => item_roundtrip::report(ck, cut),
+        CutKind::Rewrap => tensor_rewrap::report(ck, cut),
+        CutKind::NoGrad => no_grad_cut::report(ck, cut),
+        CutKind::NonDiff => report_cut(
+            ck,
+            &non_diff_in_loss::RULE,
+            cut,
+            "a non-differentiable op (argmax, rounding, a comparison or an integer cast)",
+            "Use a differentiable surrogate (softmax instead of argmax; `x + (x.round() - x).detach()` for rounding).",
+        ),
+    }
+}
+
+/// One finding for a cut: the module that lost its gradient and what cut it.
+pub(crate) fn report_cut(ck: &mut Checker, rule: &Rule, cut: &FlowCut, what: &str, fix: &str) {
+    let loc = ck.location(&cut.cut.range());
+    let target = if cut.in_forward {
+        "the module's output"
+    } else {
+        "the loss"
+    };
+    ck.report(
+        rule.finding(format!(
+            "`{}` reaches {target} only through {what}: its parameters get no gradient.",
+            cut.source
+        ))
+        .at(Some(loc))
+        .fix(fix),
+    );
+}
 
 #[cfg(test)]
 pub(crate) fn codes(src: &str) -> Vec<(String, u32)> {

@@ -3,7 +3,7 @@
 use gradsleuth_model::Category;
 use ruff_python_ast::Expr;
 
-use super::Rule;
+use super::{Rule, PARAMETER_FREE};
 use crate::checker::{call_name, Checker};
 
 pub const RULE: Rule = Rule {
@@ -14,38 +14,6 @@ pub const RULE: Rule = Rule {
           on every call, which no optimizer holds. Build it once in `__init__`. Parameter-free \
           modules built in forward (`nn.ReLU()`, `nn.Identity()`) are harmless and not flagged.",
 };
-
-const PARAMETER_FREE: &[&str] = &[
-    "ReLU",
-    "GELU",
-    "SiLU",
-    "Tanh",
-    "Sigmoid",
-    "Softmax",
-    "LogSoftmax",
-    "Identity",
-    "Dropout",
-    "Flatten",
-    "Unflatten",
-    "LeakyReLU",
-    "ELU",
-    "Softplus",
-    "Hardtanh",
-    "MaxPool1d",
-    "MaxPool2d",
-    "AvgPool2d",
-    "AdaptiveAvgPool2d",
-    "AdaptiveAvgPool1d",
-    "Upsample",
-    "ZeroPad2d",
-    "CrossEntropyLoss",
-    "MSELoss",
-    "L1Loss",
-    "BCEWithLogitsLoss",
-    "BCELoss",
-    "NLLLoss",
-    "SmoothL1Loss",
-];
 
 pub fn check(ck: &mut Checker, e: &Expr) {
     if !ck.in_forward() || !ck.constructs_module(e) {

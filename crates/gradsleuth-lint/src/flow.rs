@@ -1,0 +1,892 @@
+//! A small data flow over one file: which modules' outputs reach each `backward()` and each
+//! `forward` return, and which reach them only through a cut (`.detach()`, `.data`, `.item()`,
+//! `torch.tensor(t)`, a `no_grad` block, a non-differentiable op).
+//!
+//! Values are described by [`Deps`]: the *sources* they depend on differentiably (`live`) and
+//! those whose gradient path was cut (`cut`, with every cut's kind and place). Sources are
+//! names: modules bound in the file (`model = Net()`), a module class's submodules and
+//! parameters (`self.encoder`), and function parameters, which a call site replaces by the
+//! arguments' own dependencies (a function is summarised once, by what its return value
+//! depends on). Branches and loops merge (an assignment inside them adds to what a name held).
+//!
+//! A cut is reported only when its source reaches *no* gradient path: for a `backward()`, the
+//! source is live in no `backward()` of the file and its parameters are given to an optimizer
+//! in the file (so a GAN's `fake.detach()`, a DQN's target network, an EMA teacher are not
+//! reported); for a `forward` return, the submodule is live in no return of that `forward` and
+//! is not named as a teacher/target/EMA copy.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{
+    Comprehension, Expr, ModModule, Parameters, Stmt, StmtClassDef, StmtFunctionDef,
+};
+use ruff_text_size::{Ranged, TextRange};
+
+use crate::checker::{disables_grad, dotted, Checker};
+
+/// How a gradient path was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CutKind {
+    /// `.detach()`
+    Detach,
+    /// `.data`
+    Data,
+    /// `.item()`, `.tolist()`, `.numpy()`, `float(t)`, `np.array(t)`
+    Item,
+    /// `torch.tensor(t)` / `torch.as_tensor(t)` of a tensor that has history
+    Rewrap,
+    /// a `with torch.no_grad()` block or a `@torch.no_grad()` function
+    NoGrad,
+    /// argmax, rounding, integer casts, comparisons
+    NonDiff,
+}
+
+/// One cut: its kind and the code that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Cut {
+    pub kind: CutKind,
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Cut {
+    fn new(kind: CutKind, range: TextRange) -> Self {
+        Cut {
+            kind,
+            start: range.start().to_u32(),
+            end: range.end().to_u32(),
+        }
+    }
+    pub fn range(&self) -> TextRange {
+        TextRange::new(self.start.into(), self.end.into())
+    }
+}
+
+/// A reported cut: where, what kind, which source lost its gradient, and what it fed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowCut {
+    pub cut: Cut,
+    /// The module (or submodule) whose output reached the loss only through the cut.
+    pub source: String,
+    /// `true`: the value fed a `forward` return; `false`: a `backward()`.
+    pub in_forward: bool,
+}
+
+const MAX_SOURCES: usize = 64;
+const MAX_CUTS: usize = 8;
+
+/// What a value depends on.
+#[derive(Debug, Default, Clone)]
+struct Deps {
+    live: BTreeSet<String>,
+    cut: BTreeMap<String, BTreeSet<Cut>>,
+}
+
+impl Deps {
+    fn source(name: &str) -> Self {
+        let mut d = Deps::default();
+        d.live.insert(name.to_owned());
+        d
+    }
+
+    fn union(&mut self, other: Deps) {
+        for s in other.live {
+            if self.live.len() < MAX_SOURCES {
+                self.live.insert(s);
+            }
+        }
+        for (s, cuts) in other.cut {
+            self.add_cuts(s, cuts);
+        }
+    }
+
+    fn add_cuts(&mut self, source: String, cuts: BTreeSet<Cut>) {
+        if self.cut.len() >= MAX_SOURCES && !self.cut.contains_key(&source) {
+            return;
+        }
+        let entry = self.cut.entry(source).or_default();
+        for c in cuts {
+            if entry.len() < MAX_CUTS {
+                entry.insert(c);
+            }
+        }
+    }
+
+    /// Every live source becomes cut by `cuts`.
+    fn cut_by(mut self, cuts: &BTreeSet<Cut>) -> Deps {
+        for s in std::mem::take(&mut self.live) {
+            self.add_cuts(s, cuts.clone());
+        }
+        self
+    }
+
+    fn cut_all(self, kind: CutKind, range: TextRange) -> Deps {
+        if self.live.is_empty() {
+            return self;
+        }
+        self.cut_by(&BTreeSet::from([Cut::new(kind, range)]))
+    }
+}
+
+/// Per-function evaluation state.
+struct Frame {
+    env: HashMap<String, Deps>,
+    class: Option<String>,
+    no_grad: Option<TextRange>,
+    /// Inside a branch or loop: assignments add to a name instead of replacing it.
+    weak: u32,
+    returns: Deps,
+}
+
+impl Frame {
+    fn bind(&mut self, name: &str, d: Deps) {
+        if self.weak > 0 {
+            if let Some(old) = self.env.get_mut(name) {
+                old.union(d);
+                return;
+            }
+        }
+        self.env.insert(name.to_owned(), d);
+    }
+}
+
+type FnKey = usize;
+
+fn key(f: &StmtFunctionDef) -> FnKey {
+    f as *const StmtFunctionDef as usize
+}
+
+/// Names a model copy that is not trained by backprop (teacher, target network, EMA).
+fn is_untrained_copy(source: &str) -> bool {
+    let s = source.to_ascii_lowercase();
+    [
+        "teacher", "target", "ema", "momentum", "frozen", "old", "ref", "prior", "fixed",
+    ]
+    .iter()
+    .any(|w| s.contains(w))
+}
+
+const ITEM_METHODS: &[&str] = &["item", "tolist", "numpy"];
+const NON_DIFF_METHODS: &[&str] = &[
+    "argmax", "argmin", "round", "floor", "ceil", "sign", "long", "int", "bool", "argsort",
+];
+/// Tensor metadata: no gradient flows through it.
+const SHAPE_ATTRS: &[&str] = &[
+    "shape",
+    "device",
+    "dtype",
+    "ndim",
+    "is_cuda",
+    "requires_grad",
+    "grad_fn",
+    "layout",
+];
+const SHAPE_METHODS: &[&str] = &["size", "dim", "numel", "stride", "get_device", "data_ptr"];
+const OPAQUE_BUILTINS: &[&str] = &[
+    "len",
+    "isinstance",
+    "print",
+    "range",
+    "str",
+    "repr",
+    "type",
+    "hasattr",
+    "id",
+    "hash",
+    "format",
+    "open",
+    "callable",
+    "issubclass",
+];
+
+fn is_optimizer_ctor(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    (name.contains("optim.") || name.starts_with("optim"))
+        && last.chars().next().is_some_and(char::is_uppercase)
+        && !last.contains("Scheduler")
+        && !last.starts_with("LR")
+}
+
+/// The data flow over a file.
+pub struct Flow<'a, 'c> {
+    ck: &'c Checker<'a>,
+    functions: HashMap<String, &'a StmtFunctionDef>,
+    methods: HashMap<(String, String), &'a StmtFunctionDef>,
+    /// Per module class: attributes assigned a module or a parameter.
+    class_attrs: HashMap<String, HashSet<String>>,
+    module_vars: HashSet<String>,
+    summaries: HashMap<FnKey, Deps>,
+    in_progress: HashSet<FnKey>,
+    backwards: Vec<Deps>,
+    /// `forward` returns, per class.
+    forward_returns: Vec<Deps>,
+    /// Dotted names (and their prefixes) that appear in an optimizer's arguments.
+    optimized: HashSet<String>,
+}
+
+struct Dotted(Vec<String>);
+
+impl<'a> Visitor<'a> for Dotted {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Some(d) = dotted(e) {
+            self.0.push(d);
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+struct OptimizerArgs(HashSet<String>);
+
+impl<'a> Visitor<'a> for OptimizerArgs {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if dotted(&c.func).is_some_and(|n| is_optimizer_ctor(&n)) {
+                let mut names = Dotted(Vec::new());
+                for a in c.arguments.args.iter() {
+                    names.visit_expr(a);
+                }
+                for k in &c.arguments.keywords {
+                    names.visit_expr(&k.value);
+                }
+                for n in names.0 {
+                    let mut prefix = String::new();
+                    for part in n.split('.') {
+                        if !prefix.is_empty() {
+                            prefix.push('.');
+                        }
+                        prefix.push_str(part);
+                        self.0.insert(prefix.clone());
+                    }
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+impl<'a, 'c> Flow<'a, 'c> {
+    /// Runs the flow over `module` and returns the cuts to report.
+    pub fn run(ck: &'c Checker<'a>, module: &'a ModModule) -> Vec<FlowCut> {
+        let mut flow = Flow {
+            ck,
+            functions: HashMap::new(),
+            methods: HashMap::new(),
+            class_attrs: HashMap::new(),
+            module_vars: HashSet::new(),
+            summaries: HashMap::new(),
+            in_progress: HashSet::new(),
+            backwards: Vec::new(),
+            forward_returns: Vec::new(),
+            optimized: HashSet::new(),
+        };
+        let mut opt = OptimizerArgs(HashSet::new());
+        for s in &module.body {
+            opt.visit_stmt(s);
+        }
+        flow.optimized = opt.0;
+        // A file without backward, forward or optimizer has nothing to report: stay cheap.
+        if flow.optimized.is_empty() && !ck.source.contains("forward") {
+            return Vec::new();
+        }
+        for s in &module.body {
+            match s {
+                Stmt::FunctionDef(f) => {
+                    flow.functions.insert(f.name.id.to_string(), f);
+                }
+                Stmt::ClassDef(c) => flow.index_class(c),
+                Stmt::Assign(a) if ck.constructs_module(&a.value) => {
+                    for t in &a.targets {
+                        if let Expr::Name(n) = t {
+                            flow.module_vars.insert(n.id.to_string());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut top = Frame {
+            env: HashMap::new(),
+            class: None,
+            no_grad: None,
+            weak: 0,
+            returns: Deps::default(),
+        };
+        flow.block(&module.body, &mut top);
+        let functions: Vec<&'a StmtFunctionDef> = flow.functions.values().copied().collect();
+        for f in functions {
+            flow.summary(f, None);
+        }
+        let methods: Vec<(String, &'a StmtFunctionDef)> = flow
+            .methods
+            .iter()
+            .map(|((c, _), f)| (c.clone(), *f))
+            .collect();
+        for (c, f) in methods {
+            flow.summary(f, Some(&c));
+        }
+        flow.report()
+    }
+
+    fn index_class(&mut self, c: &'a StmtClassDef) {
+        let name = c.name.id.to_string();
+        let is_module = self.ck.is_module_class(&name);
+        let mut attrs = HashSet::new();
+        for s in &c.body {
+            if let Stmt::FunctionDef(f) = s {
+                self.methods
+                    .insert((name.clone(), f.name.id.to_string()), f);
+                if is_module {
+                    collect_self_modules(self.ck, &f.body, &mut attrs);
+                }
+            }
+        }
+        if is_module {
+            self.class_attrs.insert(name, attrs);
+        }
+    }
+
+    fn report(&self) -> Vec<FlowCut> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let live_anywhere: HashSet<&String> =
+            self.backwards.iter().flat_map(|d| d.live.iter()).collect();
+        for d in &self.backwards {
+            for (source, cuts) in &d.cut {
+                if live_anywhere.contains(source) || !self.optimized.contains(source) {
+                    continue;
+                }
+                for c in cuts {
+                    if seen.insert(*c) {
+                        out.push(FlowCut {
+                            cut: *c,
+                            source: source.clone(),
+                            in_forward: false,
+                        });
+                    }
+                }
+            }
+        }
+        for d in &self.forward_returns {
+            for (source, cuts) in &d.cut {
+                if !source.starts_with("self.")
+                    || d.live.contains(source)
+                    || is_untrained_copy(source)
+                {
+                    continue;
+                }
+                for c in cuts {
+                    if seen.insert(*c) {
+                        out.push(FlowCut {
+                            cut: *c,
+                            source: source.clone(),
+                            in_forward: true,
+                        });
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|f| f.cut.start);
+        out
+    }
+
+    /// What `f`'s return value depends on, in terms of its parameters and the file's modules.
+    fn summary(&mut self, f: &'a StmtFunctionDef, class: Option<&str>) -> Option<Deps> {
+        let k = key(f);
+        if let Some(s) = self.summaries.get(&k) {
+            return Some(s.clone());
+        }
+        if !self.in_progress.insert(k) {
+            return None;
+        }
+        let mut frame = Frame {
+            env: HashMap::new(),
+            class: class.map(str::to_owned),
+            no_grad: None,
+            weak: 0,
+            returns: Deps::default(),
+        };
+        for p in param_names(&f.parameters) {
+            frame.env.insert(p.clone(), Deps::source(&p));
+        }
+        if class.is_some() {
+            frame.env.remove("self");
+        }
+        self.block(&f.body, &mut frame);
+        let mut ret = frame.returns;
+        for d in &f.decorator_list {
+            if disables_grad(&d.expression) {
+                ret = ret.cut_all(CutKind::NoGrad, d.range());
+            }
+        }
+        let is_forward = f.name.id.as_str() == "forward"
+            && class.is_some_and(|c| self.class_attrs.contains_key(c));
+        if is_forward {
+            self.forward_returns.push(ret.clone());
+        }
+        self.in_progress.remove(&k);
+        self.summaries.insert(k, ret.clone());
+        Some(ret)
+    }
+
+    fn block(&mut self, body: &'a [Stmt], fr: &mut Frame) {
+        for s in body {
+            self.stmt(s, fr);
+        }
+    }
+
+    fn weak_block(&mut self, body: &'a [Stmt], fr: &mut Frame) {
+        fr.weak += 1;
+        self.block(body, fr);
+        fr.weak -= 1;
+    }
+
+    fn under_no_grad(&self, d: Deps, fr: &Frame) -> Deps {
+        match fr.no_grad {
+            Some(r) => d.cut_all(CutKind::NoGrad, r),
+            None => d,
+        }
+    }
+
+    fn assign(&mut self, target: &'a Expr, value: &'a Expr, fr: &mut Frame) {
+        if let (Expr::Tuple(t), Expr::Tuple(v)) = (target, value) {
+            if t.elts.len() == v.elts.len() {
+                for (te, ve) in t.elts.iter().zip(v.elts.iter()) {
+                    self.assign(te, ve, fr);
+                }
+                return;
+            }
+        }
+        if self.ck.constructs_module(value) {
+            self.expr(value, fr);
+            if let Expr::Name(n) = target {
+                fr.bind(n.id.as_str(), Deps::source(n.id.as_str()));
+            }
+            return;
+        }
+        let d = self.expr(value, fr);
+        let d = self.under_no_grad(d, fr);
+        self.bind_target(target, d, fr);
+    }
+
+    fn bind_target(&mut self, target: &'a Expr, d: Deps, fr: &mut Frame) {
+        match target {
+            Expr::Name(n) => fr.bind(n.id.as_str(), d),
+            Expr::Tuple(t) => {
+                for e in &t.elts {
+                    self.bind_target(e, d.clone(), fr);
+                }
+            }
+            Expr::List(l) => {
+                for e in &l.elts {
+                    self.bind_target(e, d.clone(), fr);
+                }
+            }
+            Expr::Starred(s) => self.bind_target(&s.value, d, fr),
+            Expr::Subscript(s) => {
+                self.expr(&s.slice, fr);
+                if let Expr::Name(n) = s.value.as_ref() {
+                    if let Some(old) = fr.env.get_mut(n.id.as_str()) {
+                        old.union(d);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn stmt(&mut self, s: &'a Stmt, fr: &mut Frame) {
+        match s {
+            Stmt::Assign(a) => {
+                for t in &a.targets {
+                    self.assign(t, &a.value, fr);
+                }
+            }
+            Stmt::AnnAssign(a) => {
+                if let Some(v) = &a.value {
+                    self.assign(&a.target, v, fr);
+                }
+            }
+            Stmt::AugAssign(a) => {
+                let d = self.expr(&a.value, fr);
+                let d = self.under_no_grad(d, fr);
+                if let Expr::Name(n) = a.target.as_ref() {
+                    let mut cur = fr.env.get(n.id.as_str()).cloned().unwrap_or_default();
+                    cur.union(d);
+                    fr.env.insert(n.id.to_string(), cur);
+                }
+            }
+            Stmt::Expr(e) => {
+                self.expr(&e.value, fr);
+            }
+            Stmt::Return(r) => {
+                if let Some(v) = &r.value {
+                    let d = self.expr(v, fr);
+                    let d = self.under_no_grad(d, fr);
+                    fr.returns.union(d);
+                }
+            }
+            Stmt::If(i) => {
+                self.expr(&i.test, fr);
+                self.weak_block(&i.body, fr);
+                for c in &i.elif_else_clauses {
+                    if let Some(t) = &c.test {
+                        self.expr(t, fr);
+                    }
+                    self.weak_block(&c.body, fr);
+                }
+            }
+            Stmt::For(f) => {
+                let d = self.expr(&f.iter, fr);
+                fr.weak += 1;
+                self.bind_target(&f.target, d, fr);
+                self.block(&f.body, fr);
+                self.block(&f.orelse, fr);
+                fr.weak -= 1;
+            }
+            Stmt::While(w) => {
+                self.expr(&w.test, fr);
+                self.weak_block(&w.body, fr);
+                self.weak_block(&w.orelse, fr);
+            }
+            Stmt::With(w) => {
+                let saved = fr.no_grad;
+                for item in &w.items {
+                    if disables_grad(&item.context_expr) {
+                        fr.no_grad = Some(item.context_expr.range());
+                    } else {
+                        let d = self.expr(&item.context_expr, fr);
+                        if let Some(v) = &item.optional_vars {
+                            self.bind_target(v, d, fr);
+                        }
+                    }
+                }
+                self.block(&w.body, fr);
+                fr.no_grad = saved;
+            }
+            Stmt::Try(t) => {
+                self.block(&t.body, fr);
+                for h in &t.handlers {
+                    let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
+                    self.weak_block(&h.body, fr);
+                }
+                self.weak_block(&t.orelse, fr);
+                self.block(&t.finalbody, fr);
+            }
+            Stmt::Match(m) => {
+                self.expr(&m.subject, fr);
+                for c in &m.cases {
+                    self.weak_block(&c.body, fr);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn comprehension(&mut self, gens: &'a [Comprehension], fr: &mut Frame) {
+        for g in gens {
+            let d = self.expr(&g.iter, fr);
+            self.bind_target(&g.target, d, fr);
+            for cond in &g.ifs {
+                self.expr(cond, fr);
+            }
+        }
+    }
+
+    fn all(&mut self, exprs: impl IntoIterator<Item = &'a Expr>, fr: &mut Frame) -> Deps {
+        let mut d = Deps::default();
+        for e in exprs {
+            d.union(self.expr(e, fr));
+        }
+        d
+    }
+
+    fn expr(&mut self, e: &'a Expr, fr: &mut Frame) -> Deps {
+        match e {
+            Expr::Name(n) => {
+                let id = n.id.as_str();
+                if let Some(d) = fr.env.get(id) {
+                    d.clone()
+                } else if self.module_vars.contains(id) {
+                    Deps::source(id)
+                } else {
+                    Deps::default()
+                }
+            }
+            Expr::Attribute(a) => {
+                if SHAPE_ATTRS.contains(&a.attr.id.as_str()) {
+                    return Deps::default();
+                }
+                if a.attr.id.as_str() == "data" {
+                    return self.expr(&a.value, fr).cut_all(CutKind::Data, e.range());
+                }
+                if let (Expr::Name(n), Some(class)) = (a.value.as_ref(), &fr.class) {
+                    if n.id.as_str() == "self" {
+                        let attr = a.attr.id.as_str();
+                        if self
+                            .class_attrs
+                            .get(class)
+                            .is_some_and(|s| s.contains(attr))
+                        {
+                            return Deps::source(&format!("self.{attr}"));
+                        }
+                        return Deps::default();
+                    }
+                }
+                self.expr(&a.value, fr)
+            }
+            Expr::Call(_) => self.call(e, fr),
+            Expr::Compare(c) => {
+                let d = self.expr(&c.left, fr);
+                let mut d = d;
+                d.union(self.all(c.comparators.iter(), fr));
+                d.cut_all(CutKind::NonDiff, e.range())
+            }
+            Expr::BinOp(b) => {
+                let mut d = self.expr(&b.left, fr);
+                d.union(self.expr(&b.right, fr));
+                d
+            }
+            Expr::UnaryOp(u) => self.expr(&u.operand, fr),
+            Expr::BoolOp(b) => self.all(b.values.iter(), fr),
+            Expr::If(i) => {
+                self.expr(&i.test, fr);
+                let mut d = self.expr(&i.body, fr);
+                d.union(self.expr(&i.orelse, fr));
+                d
+            }
+            Expr::Subscript(s) => {
+                self.expr(&s.slice, fr);
+                self.expr(&s.value, fr)
+            }
+            Expr::Starred(s) => self.expr(&s.value, fr),
+            Expr::Tuple(t) => self.all(t.elts.iter(), fr),
+            Expr::List(l) => self.all(l.elts.iter(), fr),
+            Expr::Set(s) => self.all(s.elts.iter(), fr),
+            Expr::Dict(d) => self.all(d.items.iter().map(|i| &i.value), fr),
+            Expr::ListComp(l) => {
+                self.comprehension(&l.generators, fr);
+                self.expr(&l.elt, fr)
+            }
+            Expr::SetComp(l) => {
+                self.comprehension(&l.generators, fr);
+                self.expr(&l.elt, fr)
+            }
+            Expr::Generator(l) => {
+                self.comprehension(&l.generators, fr);
+                self.expr(&l.elt, fr)
+            }
+            Expr::DictComp(l) => {
+                self.comprehension(&l.generators, fr);
+                self.expr(&l.value, fr)
+            }
+            Expr::Named(n) => {
+                let d = self.expr(&n.value, fr);
+                self.bind_target(&n.target, d.clone(), fr);
+                d
+            }
+            Expr::Await(a) => self.expr(&a.value, fr),
+            _ => Deps::default(),
+        }
+    }
+
+    fn args(&mut self, c: &'a ruff_python_ast::ExprCall, fr: &mut Frame) -> Deps {
+        let mut d = self.all(c.arguments.args.iter(), fr);
+        d.union(self.all(c.arguments.keywords.iter().map(|k| &k.value), fr));
+        d
+    }
+
+    fn call(&mut self, e: &'a Expr, fr: &mut Frame) -> Deps {
+        let Expr::Call(c) = e else {
+            return Deps::default();
+        };
+        let name = dotted(&c.func);
+        if let Expr::Attribute(a) = c.func.as_ref() {
+            let attr = a.attr.id.as_str();
+            let receiver = dotted(&a.value);
+            let self_attr = receiver.as_deref() == Some("self");
+            let no_args = c.arguments.args.is_empty();
+            let namespace = self_attr
+                || receiver.as_deref().is_some_and(|r| {
+                    matches!(r, "torch" | "F" | "np" | "numpy" | "math")
+                        || r.starts_with("torch.")
+                        || r.starts_with("nn.")
+                });
+            match if self_attr { "" } else { attr } {
+                "backward" if !namespace => {
+                    let d = self.expr(&a.value, fr);
+                    self.args(c, fr);
+                    self.backwards.push(d);
+                    return Deps::default();
+                }
+                "detach" | "detach_" if !namespace && no_args => {
+                    return self.expr(&a.value, fr).cut_all(CutKind::Detach, e.range());
+                }
+                _ if ITEM_METHODS.contains(&attr) && !namespace && no_args => {
+                    return self.expr(&a.value, fr).cut_all(CutKind::Item, e.range());
+                }
+                _ if NON_DIFF_METHODS.contains(&attr) => {
+                    let d = if namespace {
+                        self.args(c, fr)
+                    } else {
+                        let d = self.expr(&a.value, fr);
+                        self.args(c, fr);
+                        d
+                    };
+                    return d.cut_all(CutKind::NonDiff, e.range());
+                }
+                _ if SHAPE_METHODS.contains(&attr) && !namespace => {
+                    self.expr(&a.value, fr);
+                    return Deps::default();
+                }
+                _ => {}
+            }
+            if let (Expr::Name(n), Some(class)) = (a.value.as_ref(), fr.class.clone()) {
+                if n.id.as_str() == "self" {
+                    if let Some(m) = self.methods.get(&(class.clone(), attr.to_owned())).copied() {
+                        return self.apply(m, Some(&class), c, fr);
+                    }
+                }
+            }
+        }
+        let Some(name) = name else {
+            let mut d = self.expr(&c.func, fr);
+            d.union(self.args(c, fr));
+            return d;
+        };
+        match name.as_str() {
+            "torch.tensor" | "torch.as_tensor" | "torch.Tensor" | "torch.FloatTensor"
+            | "torch.LongTensor" => {
+                let d = self.all(c.arguments.args.iter(), fr);
+                self.all(c.arguments.keywords.iter().map(|k| &k.value), fr);
+                return d.cut_all(CutKind::Rewrap, e.range());
+            }
+            "float" | "int" | "bool" => {
+                return self.args(c, fr).cut_all(CutKind::Item, e.range());
+            }
+            "np.array" | "np.asarray" | "numpy.array" | "numpy.asarray" => {
+                return self.args(c, fr).cut_all(CutKind::Item, e.range());
+            }
+            "torch.autograd.backward" | "torch.autograd.grad" => {
+                let d = c
+                    .arguments
+                    .args
+                    .first()
+                    .map(|a| self.expr(a, fr))
+                    .unwrap_or_default();
+                self.args(c, fr);
+                self.backwards.push(d);
+                return Deps::default();
+            }
+            n if OPAQUE_BUILTINS.contains(&n) => {
+                self.args(c, fr);
+                return Deps::default();
+            }
+            n if disables_grad(&c.func) || n.ends_with("no_grad") => return Deps::default(),
+            _ => {}
+        }
+        if !fr.env.contains_key(&name) {
+            if let Some(f) = self.functions.get(&name).copied() {
+                return self.apply(f, None, c, fr);
+            }
+        }
+        let mut d = self.expr(&c.func, fr);
+        d.union(self.args(c, fr));
+        d
+    }
+
+    /// A call of a function of this file: its summary with parameters replaced by arguments.
+    fn apply(
+        &mut self,
+        f: &'a StmtFunctionDef,
+        class: Option<&str>,
+        c: &'a ruff_python_ast::ExprCall,
+        fr: &mut Frame,
+    ) -> Deps {
+        let Some(summary) = self.summary(f, class) else {
+            return self.args(c, fr);
+        };
+        let mut params = param_names(&f.parameters);
+        if class.is_some() && !params.is_empty() {
+            params.remove(0);
+        }
+        let mut bound: HashMap<String, Deps> = HashMap::new();
+        for (i, a) in c.arguments.args.iter().enumerate() {
+            let d = self.expr(a, fr);
+            if let Some(p) = params.get(i) {
+                bound.insert(p.clone(), d);
+            }
+        }
+        for k in &c.arguments.keywords {
+            let d = self.expr(&k.value, fr);
+            if let Some(arg) = &k.arg {
+                bound.insert(arg.id.to_string(), d);
+            }
+        }
+        let params: HashSet<String> = params.into_iter().collect();
+        let mut out = Deps::default();
+        for s in summary.live {
+            if params.contains(&s) {
+                if let Some(d) = bound.get(&s) {
+                    out.union(d.clone());
+                }
+            } else {
+                out.live.insert(s);
+            }
+        }
+        for (s, cuts) in summary.cut {
+            if params.contains(&s) {
+                if let Some(d) = bound.get(&s) {
+                    out.union(d.clone().cut_by(&cuts));
+                }
+            } else {
+                out.add_cuts(s, cuts);
+            }
+        }
+        out
+    }
+}
+
+fn param_names(p: &Parameters) -> Vec<String> {
+    let mut out: Vec<String> = p
+        .posonlyargs
+        .iter()
+        .chain(p.args.iter())
+        .map(|a| a.parameter.name.id.to_string())
+        .collect();
+    out.extend(p.kwonlyargs.iter().map(|a| a.parameter.name.id.to_string()));
+    out
+}
+
+/// `self.X = <module or parameter>` anywhere in a method body.
+fn collect_self_modules(ck: &Checker, body: &[Stmt], out: &mut HashSet<String>) {
+    struct Collect<'x, 'y> {
+        ck: &'x Checker<'y>,
+        out: &'x mut HashSet<String>,
+    }
+    impl<'a> Visitor<'a> for Collect<'_, '_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::Assign(a) = s {
+                let is_param =
+                    crate::checker::call_name(&a.value).is_some_and(|n| n.ends_with("Parameter"));
+                if is_param || self.ck.constructs_module(&a.value) {
+                    for t in &a.targets {
+                        if let Expr::Attribute(at) = t {
+                            if matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                            {
+                                self.out.insert(at.attr.id.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+            if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+                visitor::walk_stmt(self, s);
+            }
+        }
+    }
+    let mut c = Collect { ck, out };
+    for s in body {
+        c.visit_stmt(s);
+    }
+}

@@ -1,0 +1,219 @@
+//! GS320: an in-place op on a parameter with gradient recording on.
+
+use std::collections::HashSet;
+
+use gradsleuth_model::Category;
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{Expr, ModModule, Stmt};
+use ruff_text_size::{Ranged, TextRange};
+
+use super::Rule;
+use crate::checker::{disables_grad, dotted, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS320",
+    name: "inplace-on-parameter",
+    category: Category::InplaceLeaf,
+    doc: "Parameters are leaves that require grad: `m.weight.mul_(0.5)`, `p -= lr * p.grad` or \
+          `self.weight[0] = 0` outside `torch.no_grad()` raise \"a leaf Variable that requires \
+          grad is being used in an in-place operation\" (or, through `.data` tricks, hide the \
+          change from autograd). Wrap initialisation and manual updates in `with \
+          torch.no_grad():`, or use `nn.init.*`, which does. Not reported: code under \
+          `no_grad` (a `with` block, a decorator, or a function only called from such code), \
+          `.data`/`.grad` receivers.",
+};
+
+/// In-place methods that do not change values.
+const SAFE: &[&str] = &["requires_grad_", "share_memory_", "retain_grad_"];
+
+fn is_inplace_method(name: &str) -> bool {
+    name.ends_with('_') && !name.starts_with('_') && !SAFE.contains(&name)
+}
+
+/// `X.weight` / `X.bias`, or a loop variable over `.parameters()`.
+fn is_parameter(e: &Expr, loop_params: &[String]) -> bool {
+    match e {
+        Expr::Attribute(a) => matches!(a.attr.id.as_str(), "weight" | "bias"),
+        Expr::Name(n) => loop_params.iter().any(|p| p == n.id.as_str()),
+        _ => false,
+    }
+}
+
+/// Names of functions called (or passed, as to `model.apply`) where grad recording is off.
+struct CalledUnderNoGrad {
+    depth: u32,
+    names: HashSet<String>,
+}
+
+impl<'a> Visitor<'a> for CalledUnderNoGrad {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        match s {
+            Stmt::With(w) if w.items.iter().any(|i| disables_grad(&i.context_expr)) => {
+                self.depth += 1;
+                visitor::walk_stmt(self, s);
+                self.depth -= 1;
+            }
+            Stmt::FunctionDef(f) => {
+                let saved = self.depth;
+                self.depth = u32::from(
+                    f.decorator_list
+                        .iter()
+                        .any(|d| disables_grad(&d.expression)),
+                );
+                visitor::walk_stmt(self, s);
+                self.depth = saved;
+            }
+            _ => visitor::walk_stmt(self, s),
+        }
+    }
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if self.depth > 0 {
+            if let Expr::Call(c) = e {
+                for callee in std::iter::once(c.func.as_ref()).chain(c.arguments.args.iter()) {
+                    if let Some(n) = dotted(callee) {
+                        self.names
+                            .insert(n.rsplit('.').next().unwrap_or(&n).to_owned());
+                    }
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+struct Finder<'n> {
+    exempt: &'n HashSet<String>,
+    no_grad: u32,
+    loop_params: Vec<String>,
+    hits: Vec<TextRange>,
+}
+
+impl Finder<'_> {
+    fn target(&mut self, t: &Expr, range: TextRange) {
+        let base = match t {
+            Expr::Subscript(s) => s.value.as_ref(),
+            other => other,
+        };
+        if self.no_grad == 0 && is_parameter(base, &self.loop_params) {
+            self.hits.push(range);
+        }
+    }
+}
+
+impl<'a> Visitor<'a> for Finder<'_> {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        match s {
+            Stmt::With(w) if w.items.iter().any(|i| disables_grad(&i.context_expr)) => {
+                self.no_grad += 1;
+                visitor::walk_stmt(self, s);
+                self.no_grad -= 1;
+                return;
+            }
+            Stmt::FunctionDef(f) => {
+                let off = f
+                    .decorator_list
+                    .iter()
+                    .any(|d| disables_grad(&d.expression))
+                    || self.exempt.contains(f.name.id.as_str());
+                let saved = (self.no_grad, std::mem::take(&mut self.loop_params));
+                self.no_grad = u32::from(off);
+                visitor::walk_stmt(self, s);
+                (self.no_grad, self.loop_params) = saved;
+                return;
+            }
+            Stmt::For(f) => {
+                let over_params = matches!(f.iter.as_ref(), Expr::Call(c)
+                    if matches!(c.func.as_ref(), Expr::Attribute(a)
+                        if matches!(a.attr.id.as_str(), "parameters" | "named_parameters")));
+                let var = match f.target.as_ref() {
+                    Expr::Name(n) => Some(n.id.to_string()),
+                    Expr::Tuple(t) => t.elts.last().and_then(|e| match e {
+                        Expr::Name(n) => Some(n.id.to_string()),
+                        _ => None,
+                    }),
+                    _ => None,
+                };
+                if let (true, Some(v)) = (over_params, var) {
+                    self.loop_params.push(v);
+                    visitor::walk_stmt(self, s);
+                    self.loop_params.pop();
+                    return;
+                }
+            }
+            Stmt::AugAssign(a) => self.target(&a.target, s.range()),
+            Stmt::Assign(a) => {
+                for t in &a.targets {
+                    if matches!(t, Expr::Subscript(_)) {
+                        self.target(t, s.range());
+                    }
+                }
+            }
+            _ => {}
+        }
+        visitor::walk_stmt(self, s);
+    }
+
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if is_inplace_method(a.attr.id.as_str()) {
+                    self.target(&a.value, e.range());
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+pub fn check(ck: &mut Checker, module: &ModModule) {
+    if !ck.source.contains("_(") && !ck.source.contains("=") {
+        return;
+    }
+    let mut called = CalledUnderNoGrad {
+        depth: 0,
+        names: HashSet::new(),
+    };
+    for s in &module.body {
+        called.visit_stmt(s);
+    }
+    let mut finder = Finder {
+        exempt: &called.names,
+        no_grad: 0,
+        loop_params: Vec::new(),
+        hits: Vec::new(),
+    };
+    for s in &module.body {
+        finder.visit_stmt(s);
+    }
+    for r in finder.hits {
+        let loc = ck.location(&r);
+        ck.report(
+            RULE.finding("An in-place op on a parameter with gradient recording on: PyTorch raises \"a leaf Variable that requires grad is being used in an in-place operation\".")
+                .at(Some(loc))
+                .fix("Wrap it in `with torch.no_grad():` (or use `nn.init.*`, which does)."),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_init_outside_no_grad() {
+        let src = "import torch.nn as nn\n\ndef init_weights(model):\n    for m in model.modules():\n        if isinstance(m, nn.Linear):\n            m.weight.mul_(0.5)\n\ninit_weights(net)\n";
+        assert_eq!(codes(src), vec![("GS320".into(), 6)]);
+    }
+
+    #[test]
+    fn flags_manual_sgd_without_no_grad() {
+        let src = "for x, y in data:\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n    for p in model.parameters():\n        p -= 0.1 * p.grad\n";
+        assert_eq!(codes(src), vec![("GS320".into(), 5)]);
+    }
+
+    #[test]
+    fn no_grad_init_and_data_are_fine() {
+        let src = "import torch\n\n@torch.no_grad()\ndef init_a(m):\n    m.weight.normal_()\n\ndef init_b(m):\n    m.weight.data.zero_()\n    m.bias.grad.zero_()\n\ndef init_c(m):\n    m.weight.fill_(1.0)\n\nwith torch.no_grad():\n    net.apply(init_c)\n    for p in net.parameters():\n        p -= 0.1 * p.grad\nnet.weight.requires_grad_(False)\n";
+        assert!(codes(src).is_empty());
+    }
+}

@@ -1,0 +1,46 @@
+//! GS317: a module's output reaches the loss only through `.item()`, `.tolist()` or `.numpy()`.
+
+use gradsleuth_model::Category;
+
+use super::{report_cut, Rule};
+use crate::checker::Checker;
+use crate::flow::FlowCut;
+
+pub const RULE: Rule = Rule {
+    code: "GS317",
+    name: "python-number-roundtrip",
+    category: Category::NumpyRoundtrip,
+    doc: "`.item()`, `.tolist()`, `.numpy()`, `float(t)` and `np.array(t)` turn a tensor into \
+          Python or NumPy values; a tensor rebuilt from them (`torch.tensor([s.item() for s in \
+          scores])`, `torch.from_numpy(...)`) is a constant. When a module's output reaches the \
+          loss only through such a round trip, its parameters get no gradient. Keep the \
+          computation in torch (`scores.detach()` if a constant weight is really meant, \
+          otherwise the tensor itself). Logging `loss.item()` is fine: it does not feed the loss.",
+};
+
+pub fn report(ck: &mut Checker, cut: &FlowCut) {
+    report_cut(
+        ck,
+        &RULE,
+        cut,
+        "a Python/NumPy round trip",
+        "Keep the values as tensors (use torch ops instead of `.item()`/`.tolist()`/`.numpy()`).",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_weights_built_from_item() {
+        let src = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\ndef weighted(logits, y, scores):\n    w = torch.tensor([s.item() for s in scores])\n    return (w * F.cross_entropy(logits, y, reduction='none')).mean()\n\nclf = nn.Linear(8, 3)\nscorer = nn.Linear(8, 1)\nopt = torch.optim.Adam(list(clf.parameters()) + list(scorer.parameters()))\nfor x, y in loader:\n    loss = weighted(clf(x), y, scorer(x))\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS317".into(), 6)]);
+    }
+
+    #[test]
+    fn logging_item_is_fine() {
+        let src = "import torch\nimport torch.nn as nn\nmodel = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nhistory = []\nfor x, y in loader:\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n    history.append(loss.item())\n    scale = float(loss)\n";
+        assert!(codes(src).is_empty());
+    }
+}

@@ -1,0 +1,53 @@
+//! GS319: a module's output reaches the loss only through a `no_grad` block or a
+//! `@torch.no_grad()` function.
+
+use gradsleuth_model::Category;
+
+use super::{report_cut, Rule};
+use crate::checker::Checker;
+use crate::flow::FlowCut;
+
+pub const RULE: Rule = Rule {
+    code: "GS319",
+    name: "no-grad-cuts-module",
+    category: Category::NoGrad,
+    doc: "Inside `with torch.no_grad():` (or `inference_mode`, `set_grad_enabled(False)`, or a \
+          function decorated with them) nothing is recorded. A module called there and used by \
+          the training loss gets no gradient: a text encoder wrapped \"to save memory\", a \
+          feature helper decorated with `@torch.no_grad()`. Call it outside the block. \
+          Legitimate and not reported: a frozen teacher or target network that no optimizer \
+          holds, evaluation code whose result feeds no `backward()`.",
+};
+
+pub fn report(ck: &mut Checker, cut: &FlowCut) {
+    report_cut(
+        ck,
+        &RULE,
+        cut,
+        "a block that disables gradient recording",
+        "Call the module outside `torch.no_grad()` (or freeze it explicitly with `requires_grad_(False)` if it is not meant to learn).",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_a_no_grad_block_in_forward() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass Scorer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.text = nn.Linear(6, 4)\n        self.image = nn.Linear(8, 4)\n\n    def forward(self, image, tokens):\n        with torch.no_grad():\n            t = self.text(tokens)\n        return (self.image(image) * t).sum(-1)\n";
+        assert_eq!(codes(src), vec![("GS319".into(), 11)]);
+    }
+
+    #[test]
+    fn flags_a_decorated_helper() {
+        let src = "import torch\nimport torch.nn as nn\n\n@torch.no_grad()\ndef features(enc, t):\n    return enc(t)\n\nclass Forecaster(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.pos = nn.Linear(1, 4)\n        self.out = nn.Linear(5, 1)\n\n    def forward(self, x, t):\n        return self.out(torch.cat([x, features(self.pos, t)], -1))\n";
+        assert_eq!(codes(src), vec![("GS319".into(), 4)]);
+    }
+
+    #[test]
+    fn a_frozen_teacher_is_fine() {
+        let src = "import torch\nimport torch.nn as nn\nteacher = nn.Linear(4, 2)\nstudent = nn.Linear(4, 2)\nopt = torch.optim.Adam(student.parameters())\nfor x in data:\n    with torch.no_grad():\n        t = teacher(x)\n        pseudo = student(x).argmax(-1)\n    loss = (student(x) - t).pow(2).mean() + nn.functional.cross_entropy(student(x), pseudo)\n    loss.backward()\n";
+        assert!(codes(src).is_empty());
+    }
+}

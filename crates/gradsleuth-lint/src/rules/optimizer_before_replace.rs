@@ -1,0 +1,229 @@
+//! GS322: an optimizer built before a submodule or parameter of its model is replaced.
+
+use gradsleuth_model::{Category, Related};
+use ruff_python_ast::{Expr, Stmt};
+use ruff_text_size::{Ranged, TextRange};
+
+use super::Rule;
+use crate::checker::{call_name, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS322",
+    name: "optimizer-before-replacement",
+    category: Category::OptimizerMissing,
+    doc: "An optimizer holds the parameter *objects* it was given (category `optimizer_stale` \
+          when a trained submodule is replaced, `optimizer_missing` when one is added). Assigning a new submodule or \
+          `nn.Parameter` to the model afterwards (`model.fc = nn.Linear(...)`, adding an \
+          adapter) registers new parameters the optimizer never sees: they get gradients and \
+          never change. Build the optimizer after the model is final, or add the new \
+          parameters with `optimizer.add_param_group(...)`. Moving a model with `.to()` is \
+          fine: it keeps the same parameter objects.",
+};
+
+/// Receivers of `.parameters()`/`.named_parameters()` in an expression.
+fn parameter_owners(e: &Expr, out: &mut Vec<String>) {
+    use ruff_python_ast::visitor::{self, Visitor};
+    struct V<'o>(&'o mut Vec<String>);
+    impl<'a> Visitor<'a> for V<'_> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                if let Expr::Attribute(a) = c.func.as_ref() {
+                    if matches!(a.attr.id.as_str(), "parameters" | "named_parameters") {
+                        if let Some(d) = crate::checker::dotted(&a.value) {
+                            self.0.push(d);
+                        }
+                    }
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    V(out).visit_expr(e);
+}
+
+pub fn is_optimizer_call(e: &Expr) -> bool {
+    call_name(e).is_some_and(|n| {
+        let last = n.rsplit('.').next().unwrap_or(&n);
+        (n.contains("optim.") || n.starts_with("optim"))
+            && last.chars().next().is_some_and(char::is_uppercase)
+            && !last.contains("Scheduler")
+            && !last.starts_with("LR")
+    })
+}
+
+/// Statements of a body in order, nested blocks flattened (not nested functions or classes).
+fn flatten<'a>(body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
+    for s in body {
+        out.push(s);
+        match s {
+            Stmt::If(i) => {
+                flatten(&i.body, out);
+                for c in &i.elif_else_clauses {
+                    flatten(&c.body, out);
+                }
+            }
+            Stmt::For(f) => flatten(&f.body, out),
+            Stmt::While(w) => flatten(&w.body, out),
+            Stmt::With(w) => flatten(&w.body, out),
+            Stmt::Try(t) => {
+                flatten(&t.body, out);
+                flatten(&t.finalbody, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Functions of the file that give one of their parameters a new submodule or parameter
+/// (`def adapt(model, n): model.fc = nn.Linear(...)`): name -> index of that parameter.
+pub fn replacing_functions(ck: &Checker, module: &[Stmt]) -> Vec<(String, usize, String)> {
+    let mut out = Vec::new();
+    for s in module {
+        let Stmt::FunctionDef(f) = s else { continue };
+        let params: Vec<&str> = f
+            .parameters
+            .posonlyargs
+            .iter()
+            .chain(f.parameters.args.iter())
+            .map(|p| p.parameter.name.id.as_str())
+            .collect();
+        let mut stmts = Vec::new();
+        flatten(&f.body, &mut stmts);
+        for st in stmts {
+            let Stmt::Assign(a) = st else { continue };
+            let new_params = ck.constructs_module(&a.value)
+                || call_name(&a.value).is_some_and(|n| n.ends_with("Parameter"));
+            if !new_params {
+                continue;
+            }
+            for t in &a.targets {
+                if let Some((root, attr)) = crate::checker::dotted(t)
+                    .and_then(|d| d.split_once('.').map(|(r, a)| (r.to_owned(), a.to_owned())))
+                {
+                    if let Some(i) = params.iter().position(|p| *p == root) {
+                        out.push((f.name.id.to_string(), i, attr));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A call of a replacing function: the argument whose submodules it replaces.
+fn replaced_by_call<'e>(
+    e: &'e Expr,
+    replacing: &'e [(String, usize, String)],
+) -> Option<(&'e Expr, &'e str)> {
+    let Expr::Call(c) = e else { return None };
+    let name = call_name(e)?;
+    let (_, i, attr) = replacing.iter().find(|(n, _, _)| *n == name)?;
+    Some((c.arguments.args.get(*i)?, attr))
+}
+
+/// Was `attr` a trained submodule before (so the optimizer now holds stale parameters), or
+/// is it new / a placeholder (so the optimizer misses the new ones)?
+fn replaces_trained(ck: &Checker, attr: &str) -> bool {
+    let last = attr.rsplit('.').next().unwrap_or(attr);
+    let needle = format!("self.{last} = ");
+    ck.source.match_indices(&needle).any(|(i, _)| {
+        let rest = &ck.source[i + needle.len()..];
+        let value = rest.lines().next().unwrap_or("");
+        !value.contains("Identity()") && !value.starts_with("None")
+    })
+}
+
+pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, String)]) {
+    let mut stmts = Vec::new();
+    flatten(body, &mut stmts);
+    // (optimizer call range, its owners, still current)
+    let mut optimizers: Vec<(TextRange, Vec<String>)> = Vec::new();
+    // (optimizer, replacement, replaced attribute)
+    let mut hits: Vec<(TextRange, TextRange, String)> = Vec::new();
+    for s in stmts {
+        let (targets, value): (Vec<&Expr>, Option<&Expr>) = match s {
+            Stmt::Assign(a) => (a.targets.iter().collect(), Some(&a.value)),
+            Stmt::Expr(e) => (Vec::new(), Some(&e.value)),
+            _ => continue,
+        };
+        let Some(value) = value else { continue };
+        if is_optimizer_call(value) {
+            let mut owners = Vec::new();
+            parameter_owners(value, &mut owners);
+            // A new optimizer over the same model supersedes the old one.
+            optimizers.retain(|(_, o)| !o.iter().any(|x| owners.contains(x)));
+            hits.retain(|(opt, _, _)| optimizers.iter().any(|(r, _)| r == opt));
+            if !owners.is_empty() {
+                optimizers.push((value.range(), owners));
+            }
+            continue;
+        }
+        if call_name(value).is_some_and(|n| n.ends_with("add_param_group")) {
+            optimizers.clear();
+            hits.clear();
+            continue;
+        }
+        let new_params = ck.constructs_module(value)
+            || call_name(value).is_some_and(|n| n.ends_with("Parameter"));
+        // `adapt(model, 3)` replaces `model.<something>`.
+        let via_call = replaced_by_call(value, replacing);
+        let targets: Vec<(String, &Expr)> = match (new_params, via_call) {
+            (true, _) => targets
+                .into_iter()
+                .filter_map(|t| crate::checker::dotted(t).map(|d| (d, t)))
+                .collect(),
+            (false, Some((arg, attr))) => crate::checker::dotted(arg)
+                .map(|d| vec![(format!("{d}.{attr}"), value)])
+                .unwrap_or_default(),
+            _ => continue,
+        };
+        for (target, t) in targets {
+            for (opt, owners) in &optimizers {
+                let owned = owners
+                    .iter()
+                    .find_map(|o| target.strip_prefix(&format!("{o}.")));
+                if let (Some(attr), false) = (owned, hits.iter().any(|h| h.0 == *opt)) {
+                    hits.push((*opt, t.range(), attr.to_owned()));
+                }
+            }
+        }
+    }
+    for (opt, replaced, attr) in hits {
+        let loc = ck.location(&opt);
+        let related = ck.location(&replaced);
+        let stale = replaces_trained(ck, &attr);
+        let mut f = RULE
+            .finding(format!("The optimizer is built before `{attr}` is replaced: the new parameters get gradients but are never updated{}.", if stale { ", while the optimizer keeps updating the old ones" } else { "" }))
+            .at(Some(loc))
+            .fix("Build the optimizer after the model is final, or call `optimizer.add_param_group({\"params\": new_module.parameters()})`.");
+        if stale {
+            f.category = Category::OptimizerStale;
+        }
+        f.related.push(Related {
+            location: related,
+            message: "replaced here, after the optimizer took the old parameters".into(),
+        });
+        ck.report(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_adapter_added_after_optimizer() {
+        let src = "class Adapter(nn.Module):\n    pass\n\ndef setup(lr=1e-3):\n    model = Regressor()\n    opt = torch.optim.Adam(model.parameters(), lr=lr)\n    model.adapter = Adapter(16)\n    return model, opt\n";
+        assert_eq!(codes(src), vec![("GS322".into(), 6)]);
+    }
+
+    #[test]
+    fn replacing_before_or_rebuilding_is_fine() {
+        let src = "model = torchvision.models.resnet18()\nmodel.fc = nn.Linear(512, 10)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.head = nn.Linear(10, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to('cpu')\n";
+        assert!(codes(src).is_empty());
+        let src = "def adapt(model, n):\n    model.fc = nn.Linear(16, n)\n    return model\n\ndef unrelated(model):\n    model.eval()\n\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nunrelated(model)\nmodel = adapt(model, 3)\n";
+        assert_eq!(codes(src), vec![("GS322".into(), 8)]);
+        let src = "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.extra = nn.Linear(4, 4)\nopt.add_param_group({'params': model.extra.parameters()})\n";
+        assert!(codes(src).is_empty());
+    }
+}

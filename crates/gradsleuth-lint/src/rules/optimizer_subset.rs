@@ -1,0 +1,234 @@
+//! GS323: an optimizer given some submodules of a model and not others that are not frozen.
+
+use std::collections::{BTreeSet, HashMap};
+
+use gradsleuth_model::Category;
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{Expr, ModModule, Stmt};
+use ruff_text_size::{Ranged, TextRange};
+
+use super::optimizer_before_replace::is_optimizer_call;
+use super::{Rule, PARAMETER_FREE};
+use crate::checker::{call_name, dotted, Checker};
+
+pub const RULE: Rule = Rule {
+    code: "GS323",
+    name: "optimizer-subset",
+    category: Category::OptimizerMissing,
+    doc: "An optimizer built from parameter groups of named submodules (`model.backbone`, \
+          `model.head`) silently leaves out any submodule not listed (`model.neck`): it gets \
+          gradients and never changes. Reported when the model's class is defined in the same \
+          file, the left-out submodule has parameters, and nothing in the file freezes \
+          parameters or builds another optimizer for them. Fix: add the missing group, or \
+          freeze the submodule explicitly (`requires_grad_(False)`) if that is the intent.",
+};
+
+fn has_parameters(ck: &Checker, e: &Expr) -> bool {
+    let Some(name) = call_name(e) else {
+        return false;
+    };
+    let last = name.rsplit('.').next().unwrap_or(&name);
+    if last == "Parameter" {
+        return true;
+    }
+    if !ck.constructs_module(e) || PARAMETER_FREE.contains(&last) {
+        return false;
+    }
+    if matches!(last, "Sequential" | "ModuleList") {
+        let Expr::Call(c) = e else { return false };
+        return c.arguments.args.iter().any(|a| match a {
+            Expr::List(l) => l.elts.iter().any(|x| has_parameters(ck, x)),
+            other => has_parameters(ck, other),
+        });
+    }
+    true
+}
+
+struct Scan<'c, 'a> {
+    ck: &'c Checker<'a>,
+    /// class -> (submodule with parameters -> assigned)
+    classes: HashMap<String, BTreeSet<String>>,
+    optimizers: Vec<(TextRange, Vec<String>)>,
+    freezes: bool,
+    class: Option<String>,
+    /// `groups = [{"params": model.a.parameters()}, ...]`: the owners a name holds.
+    named: HashMap<String, Vec<String>>,
+}
+
+impl<'a> Visitor<'a> for Scan<'_, 'a> {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        match s {
+            Stmt::ClassDef(c) => {
+                let saved = self.class.replace(c.name.id.to_string());
+                visitor::walk_stmt(self, s);
+                self.class = saved;
+                return;
+            }
+            Stmt::Assign(a) => {
+                let mut owners = Vec::new();
+                collect_owners(&a.value, &mut owners);
+                for t in &a.targets {
+                    if let (Expr::Name(n), false) = (t, owners.is_empty()) {
+                        self.named.insert(n.id.to_string(), owners.clone());
+                    }
+                    if let Expr::Attribute(at) = t {
+                        if at.attr.id.as_str() == "requires_grad"
+                            && matches!(a.value.as_ref(), Expr::BooleanLiteral(b) if !b.value)
+                        {
+                            self.freezes = true;
+                        }
+                        if let (Some(class), Expr::Name(n)) = (&self.class, at.value.as_ref()) {
+                            if n.id.as_str() == "self"
+                                && self.ck.is_module_class(class)
+                                && has_parameters(self.ck, &a.value)
+                            {
+                                self.classes
+                                    .entry(class.clone())
+                                    .or_default()
+                                    .insert(at.attr.id.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        visitor::walk_stmt(self, s);
+    }
+
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if matches!(
+                    a.attr.id.as_str(),
+                    "requires_grad_" | "freeze" | "eval_freeze"
+                ) {
+                    self.freezes = true;
+                }
+            }
+            if is_optimizer_call(e) {
+                let mut owners = Vec::new();
+                collect_owners(e, &mut owners);
+                for a in c.arguments.args.iter() {
+                    if let Expr::Name(n) = a {
+                        owners.extend(self.named.get(n.id.as_str()).cloned().unwrap_or_default());
+                    }
+                }
+                self.optimizers.push((e.range(), owners));
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+fn collect_owners(e: &Expr, out: &mut Vec<String>) {
+    struct V<'o>(&'o mut Vec<String>);
+    impl<'a> Visitor<'a> for V<'_> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                if let Expr::Attribute(a) = c.func.as_ref() {
+                    if matches!(a.attr.id.as_str(), "parameters" | "named_parameters") {
+                        self.0.push(dotted(&a.value).unwrap_or_default());
+                    }
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    V(out).visit_expr(e);
+}
+
+pub fn check(ck: &mut Checker, module: &ModModule) {
+    if !ck.source.contains("parameters()") {
+        return;
+    }
+    let mut scan = Scan {
+        ck,
+        classes: HashMap::new(),
+        optimizers: Vec::new(),
+        freezes: false,
+        class: None,
+        named: HashMap::new(),
+    };
+    for s in &module.body {
+        scan.visit_stmt(s);
+    }
+    if scan.freezes {
+        return;
+    }
+    let mut hits = Vec::new();
+    for (range, owners) in &scan.optimizers {
+        // Every group is `ROOT.sub.parameters()` with one ROOT.
+        let parts: Option<Vec<(&str, &str)>> = owners
+            .iter()
+            .map(|o| o.split_once('.').filter(|(_, sub)| !sub.contains('.')))
+            .collect();
+        let Some(parts) = parts.filter(|p| !p.is_empty()) else {
+            continue;
+        };
+        let root = parts[0].0;
+        if parts.iter().any(|(r, _)| *r != root) {
+            continue;
+        }
+        let used: BTreeSet<&str> = parts.iter().map(|(_, s)| *s).collect();
+        // Another optimizer holding the whole model or the rest covers it.
+        let candidates: Vec<&BTreeSet<String>> = scan
+            .classes
+            .values()
+            .filter(|subs| used.iter().all(|u| subs.contains(*u)))
+            .collect();
+        let [subs] = candidates.as_slice() else {
+            continue;
+        };
+        let missing: Vec<&String> = subs
+            .iter()
+            .filter(|s| !used.contains(s.as_str()))
+            .filter(|s| {
+                !scan.optimizers.iter().any(|(r, o)| {
+                    r != range && o.iter().any(|x| x == root || x == &format!("{root}.{s}"))
+                })
+            })
+            .collect();
+        if !missing.is_empty() {
+            hits.push((
+                *range,
+                missing
+                    .iter()
+                    .map(|s| format!("`{root}.{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+    }
+    for (range, missing) in hits {
+        let loc = ck.location(&range);
+        ck.report(
+            RULE.finding(format!("The optimizer's parameter groups leave out {missing}: those parameters get gradients and are never updated."))
+                .at(Some(loc))
+                .fix("Add the missing submodules to a parameter group (or freeze them with `requires_grad_(False)` if that is the intent)."),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    const DETECTOR: &str = "import torch\nimport torch.nn as nn\n\nclass Detector(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.backbone = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU())\n        self.neck = nn.Sequential(nn.Conv2d(16, 16, 1), nn.ReLU())\n        self.act = nn.ReLU()\n        self.head = nn.Conv2d(16, 8, 1)\n\n";
+
+    #[test]
+    fn flags_a_left_out_submodule() {
+        let src = format!("{DETECTOR}def build(model):\n    groups = [{{'params': model.backbone.parameters(), 'lr': 1e-4}}, {{'params': model.head.parameters()}}]\n    return torch.optim.SGD(groups, lr=1e-3)\n");
+        assert_eq!(codes(&src), vec![("GS323".into(), 14)]);
+    }
+
+    #[test]
+    fn complete_groups_or_freezing_are_fine() {
+        let all = format!("{DETECTOR}opt = torch.optim.SGD([{{'params': model.backbone.parameters()}}, {{'params': model.neck.parameters()}}, {{'params': model.head.parameters()}}], lr=0.1)\n");
+        assert!(codes(&all).is_empty());
+        let frozen = format!("{DETECTOR}model.neck.requires_grad_(False)\nopt = torch.optim.SGD([{{'params': model.backbone.parameters()}}, {{'params': model.head.parameters()}}], lr=0.1)\n");
+        assert!(codes(&frozen).is_empty());
+        let whole = format!("{DETECTOR}opt = torch.optim.SGD(model.head.parameters(), lr=0.1)\nopt2 = torch.optim.SGD(model.parameters(), lr=0.1)\n");
+        assert!(codes(&whole).is_empty());
+    }
+}

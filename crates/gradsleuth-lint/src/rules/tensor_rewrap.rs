@@ -1,0 +1,46 @@
+//! GS318: a module's output re-wrapped with `torch.tensor(t)` / `torch.as_tensor(t)`.
+
+use gradsleuth_model::Category;
+
+use super::{report_cut, Rule};
+use crate::checker::Checker;
+use crate::flow::FlowCut;
+
+pub const RULE: Rule = Rule {
+    code: "GS318",
+    name: "tensor-rewrap",
+    category: Category::Rewrap,
+    doc: "`torch.tensor(t)` copies a tensor's values into a new leaf without history (PyTorch \
+          warns \"To copy construct from a tensor, it is recommended to use \
+          sourceTensor.clone().detach()\"); `torch.as_tensor(t, dtype=...)` does the same when \
+          it converts. Everything before it gets no gradient. Use `t.to(dtype)`, `torch.stack`, \
+          `torch.cat`. Wrapping data (lists, arrays) is what these functions are for and is not \
+          reported; only tensors carrying a module's output are.",
+};
+
+pub fn report(ck: &mut Checker, cut: &FlowCut) {
+    report_cut(
+        ck,
+        &RULE,
+        cut,
+        "a `torch.tensor(...)`/`torch.as_tensor(...)` copy",
+        "Use the tensor itself (`t.to(dtype)`, `torch.stack(list_of_tensors)`) instead of re-wrapping it.",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn flags_rewrapped_features() {
+        let src = "import torch\nimport torch.nn as nn\nstage1 = nn.Linear(10, 16)\nstage2 = nn.Linear(16, 2)\nopt = torch.optim.Adam(list(stage1.parameters()) + list(stage2.parameters()))\n\ndef forward(x):\n    feats = torch.tensor(stage1(x), dtype=torch.float32)\n    return stage2(feats)\n\nfor x, y in data:\n    loss = nn.functional.cross_entropy(forward(x), y)\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS318".into(), 8)]);
+    }
+
+    #[test]
+    fn wrapping_data_is_fine() {
+        let src = "import torch\nimport torch.nn as nn\nmodel = nn.Linear(3, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor xs, ys in data:\n    x = torch.tensor(xs, dtype=torch.float32)\n    y = torch.as_tensor(ys, device=x.device)\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n";
+        assert!(codes(src).is_empty());
+    }
+}

@@ -10,6 +10,8 @@ step: per-step cost of the three bench models (plain step = 1.00x) while gradsle
 op:   the op-level step (every torch call recorded, as in the first observed step) beside a
       no-op Python TorchDispatchMode and `detect_anomaly()`.
 explain: a 100 MB log and a 2 KB traceback, through the installed command and the Rust binary.
+merge: 1,000 synthetic rank captures of a 1,000-parameter model merged by `gradsleuth report DIR`
+       (streamed, in parallel chunks) beside Python's json.load of the same files: s, peak RSS.
 lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
       subset of torch's Python sources and on all of them: CPU s, wall s, lines/s, peak RSS.
 """
@@ -416,8 +418,73 @@ def bench_lint(subset_lines=100_000, torchfix_timeout=900, full_torchfix_timeout
         print("goals: gradsleuth >= 500x TorchFix's throughput, CPU within 3x of ruff's")
 
 
+_MERGE_MODEL = """
+import torch, torch.nn as nn
+class Tower(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(8, 8) for _ in range(500)])
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + 0.05 * torch.tanh(layer(x))
+        return x
+model = Tower()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(3):
+    loss = model(torch.randn(4, 8)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+def bench_merge(ranks=1000):
+    """Merging 1,000 rank captures of a 1,000-parameter model (500 Linear layers)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    bindir = os.path.dirname(sys.executable)
+    gs = os.path.join(bindir, "gradsleuth")
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "tower.py")
+        with open(script, "w") as f:
+            f.write(_MERGE_MODEL)
+        base = os.path.join(tmp, "base.json")
+        subprocess.run([gs, "run", "--save-capture", base, script], capture_output=True, check=False, cwd=tmp)
+        with open(base) as f:
+            capture = json.load(f)
+        n_params = len(capture["tensors"])
+        layers = [m for m in capture["modules"] if m["kind"] == "registered" and m["class"] == "Linear"]
+        out = os.path.join(tmp, "ranks")
+        os.makedirs(out)
+        size = 0
+        for r in range(ranks):
+            capture["dist"] = {"rank": r, "world_size": ranks, "local_rank": r % 8, "hostname": f"node{r // 8}"}
+            # Every 10th rank skips one layer: a divergence the merge must find among 1,000 ranks.
+            for m in layers[:1]:
+                m["runs"] = 0 if r % 10 == 3 else 3
+            text = json.dumps(capture)
+            size += len(text)
+            with open(os.path.join(out, f"rank{r}.json"), "w") as f:
+                f.write(text)
+        loader = "import json, os, sys\nd = sys.argv[1]\nfor f in os.listdir(d):\n    json.load(open(f'{d}/{f}'))"
+        print(f"\n## merge: {ranks} rank captures of a {n_params}-parameter model ({size / 1e6:.0f} MB of JSON)")
+        print(f"{'':34}{'CPU s':>9}{'wall s':>9}{'peak MB':>9}")
+        for label, cmd in (
+            ("gradsleuth report DIR (merge)", [gs, "report", "--format", "json", "--out", os.devnull, out]),
+            ("python json.load of the files", [sys.executable, "-c", loader, out]),
+        ):
+            res = _measure(cmd, 600)
+            if res is None:
+                print(f"{label:34}{'timed out':>27}")
+                continue
+            cpu, wall, rss = res
+            print(f"{label:34}{cpu:9.2f}{wall:9.2f}{rss:9.0f}")
+        print("goal: merge under 5 s and under 1 GB")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "explain", "lint"]
+    which = sys.argv[1:] or ["walk", "step", "op", "explain", "merge", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -429,5 +496,7 @@ if __name__ == "__main__":
         bench_op()
     if "explain" in which:
         bench_explain()
+    if "merge" in which:
+        bench_merge()
     if "lint" in which:
         bench_lint()

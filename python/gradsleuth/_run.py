@@ -4,12 +4,18 @@ Runs the user's script as `python SCRIPT ARGS` would (`sys.argv`, `__main__`, `s
 with the tracer installed first. The capture goes to `$GRADSLEUTH_CAPTURE` when observation
 ends and again when the script ends (with its exception, if any). The script's traceback is
 printed as Python would print it, without gradsleuth's or runpy's frames.
+
+Under torch.distributed's launcher every rank runs this: `{rank}` in `$GRADSLEUTH_CAPTURE` is
+replaced by the rank, the capture records rank and world size, and it is rewritten at each
+phase of the observed steps, so a rank that hangs or is killed still tells where it was.
+SIGTERM (the launcher stopping a rank after another failed) is recorded as the rank's error.
 """
 
 from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import traceback
 import types
@@ -56,8 +62,35 @@ def _error_site(e: BaseException):
     return site
 
 
+def _dist_env():
+    """(rank, world_size, local_rank) from the launcher's environment, or None."""
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    local = os.environ.get("LOCAL_RANK")
+    return rank, world, int(local) if local and local.isdigit() else None
+
+
+class _Terminated(BaseException):
+    """SIGTERM from the launcher, raised in the main thread so the capture is saved."""
+
+
+def _on_sigterm(signum, _frame):
+    raise _Terminated(f"terminated by signal {signum} (the launcher stopped this rank)")
+
+
+def _finish(tracer):
+    if tracer is not None and not tracer.done:
+        tracer.on_done = None
+        tracer.finish()
+
+
 def main(argv: list[str]) -> int:
     capture_path = os.environ.pop("GRADSLEUTH_CAPTURE", None)
+    dist_env = _dist_env()
+    if capture_path and "{rank}" in capture_path:
+        capture_path = capture_path.replace("{rank}", str(dist_env[0] if dist_env else 0))
     steps = int(os.environ.pop("GRADSLEUTH_STEPS", "3") or 3)
     stop_after = os.environ.pop("GRADSLEUTH_STOP_AFTER", "0") == "1"
     deep_all = os.environ.pop("GRADSLEUTH_DEEP", "0") == "1"
@@ -76,6 +109,11 @@ def main(argv: list[str]) -> int:
     from gradsleuth._core import Recorder
 
     rec = Recorder("run", steps, script or f"-m {module}", args)
+    if dist_env is not None:
+        import socket
+
+        rec.set_dist(dist_env[0], dist_env[1], dist_env[2], socket.gethostname())
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
     def save():
         if capture_path:
@@ -113,7 +151,9 @@ def main(argv: list[str]) -> int:
                 sys.stderr.flush()
                 os._exit(0)
 
-        tracer = Tracer(rec, steps, on_done=on_done, deep_all=deep_all).start()
+        tracer = Tracer(
+            rec, steps, on_done=on_done, deep_all=deep_all, on_progress=(lambda _t: save()) if dist_env else None
+        ).start()
     except ImportError as e:
         rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
 
@@ -150,19 +190,28 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt as e:
         _print_exception(e)
         rec.set_error("KeyboardInterrupt", "", (None, None, None))
+        _finish(tracer)
         code = 130
+    except _Terminated as e:
+        rec.set_error("Terminated", str(e), _error_site(e))
+        _finish(tracer)
+        code = 128 + signal.SIGTERM
     except BaseException as e:  # noqa: BLE001 - the script's own exception, reported as Python would
         site = _error_site(e)
         _print_exception(e)
         rec.set_error(type(e).__name__, str(e), site)
+        # While the exception (and so the frames holding the model) is alive: a model local
+        # to a function the exception left would be gone by the `finally`.
+        _finish(tracer)
         code = 1
     finally:
-        if tracer is not None and not tracer.done:
-            tracer.on_done = None
-            tracer.finish()
+        _finish(tracer)
         sys.stdout.flush()
         sys.stderr.flush()
         save()
+        if dist_env is not None:
+            # From here on a SIGTERM only ends the process (as it would without gradsleuth).
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return code
 
 

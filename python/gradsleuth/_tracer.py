@@ -113,10 +113,21 @@ class Tracer:
     """Observes the first `steps` training steps, then removes every hook.
 
     `on_done` is called once observation is complete (the `run` bootstrap uses it to save
-    the capture and, with --stop-after, to end the script).
+    the capture and, with --stop-after, to end the script). `on_progress`, when given, is
+    called at each phase of an observed step (root forward, backward, optimizer step) after
+    the phase is recorded: under a launcher the bootstrap saves the capture there, so a rank
+    that hangs or is killed still says where it was.
     """
 
-    def __init__(self, recorder, steps: int = 3, on_done=None, deep: bool = True, deep_all: bool = False):
+    def __init__(
+        self,
+        recorder,
+        steps: int = 3,
+        on_done=None,
+        deep: bool = True,
+        deep_all: bool = False,
+        on_progress=None,
+    ):
         self.rec = recorder
         # Op-level capture of the first iteration (every op, cuts, in-place ops); with
         # deep_all, of every observed iteration.
@@ -133,6 +144,7 @@ class Tracer:
         self._first_backward_site = None
         self.steps = max(1, int(steps))
         self.on_done = on_done
+        self.on_progress = on_progress
         self.active = False
         self.done = False
         self._handles: list = []
@@ -254,11 +266,23 @@ class Tracer:
         if self.on_done is not None:
             self.on_done(self)
 
+    def _progress(self, phase: str):
+        if not self.active:
+            return
+        try:
+            # "step N": the optimizer step of step N has finished (the count already moved on).
+            self.rec.progress(self._step_number() - (phase == "step"), phase)
+            if self.on_progress is not None:
+                self.on_progress(self)
+        except Exception as e:  # noqa: BLE001 - never break the user's step
+            self.rec.note(f"progress: {type(e).__name__}: {e}")
+
     def _check_done(self):
         if self.done:
             return
         if self._opt_steps:
             if min(self._opt_steps.values()) >= self.steps:
+                self.rec.progress(self.steps, "done")
                 self.finish()
         elif not self._optimizers and self._backwards >= self.steps:
             self.finish()
@@ -337,6 +361,7 @@ class Tracer:
             if self._depth == 0:
                 self._root_call += 1
                 self.rec.root_call()
+                self._progress("forward")
                 if self._pending_pop:
                     self._pop_pending()
                 if self._deep and self._mode is None:
@@ -348,8 +373,11 @@ class Tracer:
             self._depth += 1
             self._module_stack.append(key)
             if self._last_call.get(key) != self._root_call:
+                first_run = key not in self._last_call
                 self._last_call[key] = self._root_call
                 self.rec.module_ran(key, torch.is_grad_enabled())
+                if first_run:
+                    self.rec.module_site(key, site_of(sys._getframe(1)))
         except Exception as e:  # noqa: BLE001 - never break the user's forward
             self.rec.note(f"forward hook: {type(e).__name__}: {e}")
         return None
@@ -540,6 +568,9 @@ class Tracer:
             t.is_leaf,
             isinstance(t, nn.Parameter),
         )
+        local = getattr(t, "_local_tensor", None)  # an FSDP2 DTensor's shard on this rank
+        if local is not None:
+            self.rec.tensor_shard(tkey, local.numel())
         if hook and t.requires_grad and t.is_leaf and tkey not in self._hooked:
             self._hooked.add(tkey)
             rec = self.rec
@@ -687,6 +718,7 @@ class Tracer:
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
         if self._scaler_depth == 0:
+            self._progress("step")
             self._check_done()
 
     # ---- gradient clipping and hooks ---------------------------------------------------
@@ -834,6 +866,7 @@ class Tracer:
             if tracer._first_backward_site is None:
                 tracer._first_backward_site = site
             tracer.rec.backward_begin("backward", site, type(gf).__name__ if gf is not None else None)
+            tracer._progress("backward")
             tracer._backward_depth += 1
             try:
                 result = original(tensors, *args, **kwargs)

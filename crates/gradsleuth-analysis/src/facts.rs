@@ -277,6 +277,11 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
     if !t.requires_grad {
         return ParamStatus::Frozen;
     }
+    if t.local_numel == Some(0) {
+        // An FSDP2 shard with no elements on this rank: nothing here to judge; the ranks
+        // holding its shards say whether it learns (the merge uses theirs).
+        return ParamStatus::Learning;
+    }
     if !t.is_leaf {
         return ParamStatus::NonLeaf;
     }

@@ -9,6 +9,7 @@
 
 pub mod checks;
 pub mod facts;
+pub mod merge;
 
 use gradsleuth_model::report::ReportErrorInfo;
 use gradsleuth_model::{Capture, Finding, Report};

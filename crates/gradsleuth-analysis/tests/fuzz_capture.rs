@@ -83,6 +83,7 @@ fn tensor() -> impl Strategy<Value = TensorRec> {
             is_parameter: param,
             grad_fn_chain: vec!["MulBackward0".into()],
             leaf: hidden,
+            local_numel: if k % 5 == 0 { Some(k % 3) } else { None },
             assigned_at: None,
         })
 }

@@ -15,6 +15,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use gradsleuth_model::{Report, Severity};
 
 pub mod cmd;
+pub mod proc;
 
 #[derive(Parser, Debug)]
 #[command(name = "gradsleuth", version, about = "Finds why PyTorch parameters do not learn, down to the line.", long_about = None)]

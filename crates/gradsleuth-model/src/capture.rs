@@ -44,6 +44,28 @@ pub struct Environment {
     pub device: Option<String>,
 }
 
+/// Distributed: which process of which job a capture comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistInfo {
+    pub rank: u32,
+    pub world_size: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// The last thing the tracer saw the script do. Under a launcher the capture is rewritten at
+/// each phase of the observed steps, so a rank that hangs or is killed still says where it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// 1-based training step.
+    pub step: u32,
+    /// `forward`, `backward`, `step` (the optimizer step finished) or `done` (observation
+    /// over).
+    pub phase: String,
+}
+
 /// A module object seen by the tracer (a model root, a registered submodule, a module kept
 /// in a plain container, or one that only ever ran as an orphan).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -79,7 +101,7 @@ pub struct ModuleRec {
     /// Of those, how many ran with gradient recording disabled.
     #[serde(default)]
     pub runs_no_grad: u32,
-    /// Where it was first called from (user frame), for orphans.
+    /// Where it was first called from (user frame): the line in its parent's `forward`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_call: Option<Location>,
     /// Distinct objects of this kind seen at the same call site (orphans rebuilt per call).
@@ -128,6 +150,10 @@ pub struct TensorRec {
     /// Where it was assigned in its module's source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assigned_at: Option<Location>,
+    /// Sharded (an FSDP2 `DTensor`): elements of the shard this rank holds. `Some(0)`: none,
+    /// so this rank cannot judge it (the ranks holding its shards do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_numel: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -332,6 +358,12 @@ pub struct Capture {
     pub inplace: Vec<InplaceRec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ScriptError>,
+    /// Distributed: rank and world size (absent for a single process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dist: Option<DistInfo>,
+    /// The last phase observed (written as the script goes under a launcher).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
     /// Notes from the tracer itself (a hook that failed, a region it could not see).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -359,6 +391,8 @@ impl Default for Capture {
             cuts: Vec::new(),
             inplace: Vec::new(),
             error: None,
+            dist: None,
+            progress: None,
             notes: Vec::new(),
         }
     }
@@ -368,24 +402,36 @@ impl Capture {
     /// Parses a capture, checking the format tag and version before the fields, so that a
     /// file from another tool or version gets a precise message.
     pub fn from_json(text: &str) -> Result<Capture, CaptureError> {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| CaptureError::Malformed(format!("invalid JSON ({e})")))?;
-        let obj = value
-            .as_object()
-            .ok_or_else(|| CaptureError::Malformed("the top level is not an object".into()))?;
-        if obj.get("format").and_then(|f| f.as_str()) != Some(CAPTURE_FORMAT) {
+        /// The tag and version only; every other field is skipped without being built.
+        #[derive(Deserialize)]
+        struct Header {
+            format: Option<serde_json::Value>,
+            version: Option<serde_json::Value>,
+        }
+        let header: Header = serde_json::from_str(text).map_err(|e| {
+            if e.is_data() {
+                CaptureError::Malformed("the top level is not an object".into())
+            } else {
+                CaptureError::Malformed(format!("invalid JSON ({e})"))
+            }
+        })?;
+        if header.format.as_ref().and_then(|f| f.as_str()) != Some(CAPTURE_FORMAT) {
             return Err(CaptureError::Malformed(format!(
                 "missing \"format\": \"{CAPTURE_FORMAT}\""
             )));
         }
-        let version = obj.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
+        let version = header
+            .version
+            .as_ref()
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
         if version != u64::from(CAPTURE_VERSION) {
             return Err(CaptureError::Version {
                 found: version,
                 expected: CAPTURE_VERSION,
             });
         }
-        serde_json::from_value(value).map_err(|e| CaptureError::Malformed(e.to_string()))
+        serde_json::from_str(text).map_err(|e| CaptureError::Malformed(e.to_string()))
     }
 
     pub fn to_json(&self) -> String {

@@ -25,3 +25,24 @@ pub use report::{ParamRow, ParamStatus, Report, ReportError};
 
 /// The version of gradsleuth that wrote a capture or report.
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Ranks as ranges, `0-3, 5, 7-9` (input sorted ascending).
+pub fn rank_ranges(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let start = ranks[i];
+        let mut end = start;
+        while i + 1 < ranks.len() && ranks[i + 1] == end + 1 {
+            end += 1;
+            i += 1;
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    out.join(", ")
+}

@@ -190,6 +190,45 @@ impl Recorder {
         self.capture.root_calls += 1;
     }
 
+    /// A sharded tensor (DTensor): how many elements this rank holds.
+    fn tensor_shard(&mut self, key: u64, local_numel: u64) {
+        if let Some(&i) = self.tensors.get(&key) {
+            self.capture.tensors[i].local_numel = Some(local_numel);
+        }
+    }
+
+    /// Where a module was first called from (the line in its parent's forward).
+    fn module_site(&mut self, key: u64, site: Loc3) {
+        if self.module_mut(key).is_some_and(|m| m.first_call.is_none()) {
+            let loc = self.loc3(site);
+            if let Some(m) = self.module_mut(key) {
+                m.first_call = loc;
+            }
+        }
+    }
+
+    /// Distributed: this process's rank in its job.
+    #[pyo3(signature = (rank, world_size, local_rank=None, hostname=None))]
+    fn set_dist(
+        &mut self,
+        rank: u32,
+        world_size: u32,
+        local_rank: Option<u32>,
+        hostname: Option<String>,
+    ) {
+        self.capture.dist = Some(gradsleuth_model::capture::DistInfo {
+            rank,
+            world_size,
+            local_rank,
+            hostname,
+        });
+    }
+
+    /// The phase the script is in (see `Progress`).
+    fn progress(&mut self, step: u32, phase: String) {
+        self.capture.progress = Some(gradsleuth_model::capture::Progress { step, phase });
+    }
+
     /// An orphan module's call site (first one kept) and a new instance of it.
     fn orphan_call(&mut self, key: u64, site: Loc3, new_instance: bool) {
         let loc = self.loc3(site);
@@ -234,6 +273,7 @@ impl Recorder {
             grad_fn_chain: chain,
             leaf,
             assigned_at: None,
+            local_numel: None,
         };
         match self.tensors.get(&key) {
             Some(&i) => self.capture.tensors[i] = rec,

@@ -197,6 +197,13 @@ fn finding(out: &mut String, f: &Finding, p: &Paint) {
         let s: Vec<String> = f.steps.iter().map(u32::to_string).collect();
         let _ = writeln!(out, "   {bar} steps: {}", s.join(", "));
     }
+    if !f.ranks.is_empty() {
+        let _ = writeln!(
+            out,
+            "   {bar} ranks: {}",
+            gradsleuth_model::rank_ranges(&f.ranks)
+        );
+    }
     if let Some(e) = &f.explanation {
         explanation(out, e, p);
     } else if let Some(fix) = &f.fix {
@@ -325,6 +332,23 @@ fn params(out: &mut String, report: &Report, opts: TextOptions, p: &Paint) {
             "  {name:<name_w$}  {shape:<14}  {status}  {opt:<5}  {}",
             norms.join(" ")
         );
+        if let Some(ranks) = &r.ranks {
+            // Distributed: the ranks disagree; say which says what.
+            let mut by_status: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
+            for (rank, status) in ranks {
+                if let (Ok(rank), Some(status)) = (rank.parse::<u32>(), status.as_str()) {
+                    by_status.entry(status).or_default().push(rank);
+                }
+            }
+            let parts: Vec<String> = by_status
+                .into_iter()
+                .map(|(s, mut rs)| {
+                    rs.sort_unstable();
+                    format!("{s} on ranks {}", gradsleuth_model::rank_ranges(&rs))
+                })
+                .collect();
+            let _ = writeln!(out, "  {:<name_w$}    ↳ {}", "", parts.join("; "));
+        }
     }
     if hidden > 0 {
         let _ = writeln!(

@@ -146,6 +146,33 @@ impl SourceCache {
         None
     }
 
+    /// The branch that decides whether `line` runs: going up through the enclosing function,
+    /// the nearest `if`/`elif`/`else`/`while`/`for`/`case` whose block contains `line`.
+    pub fn enclosing_branch(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let mut i = (line as usize).checked_sub(1)?;
+        let mut indent = lines.get(i).map(|l| indentation(l))?;
+        while i > 0 {
+            i -= 1;
+            let l = &lines[i];
+            let t = l.trim_start();
+            if t.is_empty() || t.starts_with('#') || indentation(l) >= indent {
+                continue;
+            }
+            indent = indentation(l);
+            let word = t
+                .split(|c: char| !c.is_alphanumeric() && c != '_')
+                .next()
+                .unwrap_or("");
+            match word {
+                "if" | "elif" | "else" | "while" | "for" | "case" => return Some(i as u32 + 1),
+                "def" | "class" | "async" => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
     /// A location with its snippet and the column of the first non-blank character.
     pub fn location(&mut self, file: &str, line: u32) -> Location {
         let mut loc = Location::new(file, line);
@@ -217,6 +244,24 @@ pub fn constructs(line: &str, class: &str) -> bool {
         from = at + class.len();
     }
     false
+}
+
+#[cfg(test)]
+mod branch_tests {
+    #[test]
+    fn finds_the_branch_around_a_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.py");
+        std::fs::write(
+            &f,
+            "class M:\n    def forward(self, x, y):\n        h = self.body(x)\n        if (y == 3).any():\n            # rare class\n            h = h + self.aux(h)\n        return h\n",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.enclosing_branch(f, 6), Some(4));
+        assert_eq!(s.enclosing_branch(f, 3), None);
+    }
 }
 
 #[cfg(test)]

@@ -22,10 +22,24 @@ pub const CHECK: Check = Check {
     run,
 };
 
+/// Forward passes of `m`'s model, not counting one that raised before reaching `m` (the
+/// script failed in the forward of its last step, e.g. in DDP's pre-forward check).
 fn root_runs(ctx: &Context, m: &ModuleRec) -> u32 {
-    m.root
+    let runs = m
+        .root
         .and_then(|r| ctx.capture.module(r))
-        .map_or(0, |r| r.runs)
+        .map_or(0, |r| r.runs);
+    let failed_in_forward = ctx.capture.error.is_some()
+        && ctx
+            .capture
+            .progress
+            .as_ref()
+            .is_some_and(|p| p.phase == "forward");
+    if failed_in_forward && m.runs < runs {
+        runs - 1
+    } else {
+        runs
+    }
 }
 
 /// The highest ancestor of `m` (inside its root) that never ran.

@@ -1,6 +1,14 @@
 //! `gradsleuth run`: runs a script in a child interpreter under the tracer
 //! (`python -m gradsleuth._run`), then analyses the capture it leaves and prints the report
 //! after the script's own output.
+//!
+//! Distributed (`--nproc-per-node N`, or a `torchrun ...` / `python -m torch.distributed.run
+//! ...` command after `--`): the job is started with torch.distributed's own launcher through
+//! `python -m gradsleuth._launch`, every rank runs under the tracer and writes its capture,
+//! and the captures are merged into one report ([`gradsleuth_analysis::merge`]).
+//! `--timeout` ends the whole process tree (the launcher's workers run in their own sessions,
+//! so the tree is found through `/proc`, not a process group) and what was captured is still
+//! reported.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +40,15 @@ pub struct RunArgs {
     /// Run a module, as `python -m MODULE`.
     #[arg(short = 'm', value_name = "MODULE")]
     pub module: Option<String>,
+    /// Start N processes (ranks) on this machine with torch.distributed's launcher, the tracer
+    /// in every rank, and merge what they saw. (Or put a whole `torchrun ...` command after
+    /// `--`.)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nproc_per_node: Option<u32>,
+    /// End the run after SECONDS, every process of it, and report what was captured (exit
+    /// code 124).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
     #[command(flatten)]
     pub output: Output,
     /// The script and its arguments.
@@ -51,7 +68,48 @@ fn interpreter(args: &RunArgs) -> PathBuf {
     PathBuf::from("python3")
 }
 
+/// The torchrun arguments of a distributed run, or None for a single process.
+fn launcher_args(args: &RunArgs) -> Result<Option<Vec<String>>, CliError> {
+    let first = args.command.first().map(String::as_str).unwrap_or("");
+    let base = Path::new(first)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    if base == "torchrun" {
+        return Ok(Some(args.command[1..].to_vec()));
+    }
+    if base.starts_with("python")
+        && args.command.get(1).map(String::as_str) == Some("-m")
+        && args.command.get(2).map(String::as_str) == Some("torch.distributed.run")
+    {
+        return Ok(Some(args.command[3..].to_vec()));
+    }
+    let Some(n) = args.nproc_per_node else {
+        return Ok(None);
+    };
+    let mut out = vec![
+        "--standalone".to_owned(),
+        "--nproc-per-node".to_owned(),
+        n.to_string(),
+    ];
+    match (&args.module, args.command.first()) {
+        (Some(m), _) => out.extend(["-m".to_owned(), m.clone()]),
+        (None, Some(script)) if Path::new(script).is_file() => {}
+        (None, Some(script)) => return Err(CliError::Usage(format!("no such script: {script}"))),
+        (None, None) => {
+            return Err(CliError::Usage(
+                "nothing to run: gradsleuth run --nproc-per-node N train.py [ARGS...]".into(),
+            ))
+        }
+    }
+    out.extend(args.command.iter().cloned());
+    Ok(Some(out))
+}
+
 pub fn run(args: RunArgs) -> Result<i32, CliError> {
+    if let Some(launcher) = launcher_args(&args)? {
+        return run_distributed(&args, launcher);
+    }
     let (target, script_args) =
         match (&args.module, args.command.split_first()) {
             (Some(m), _) => (format!("-m {m}"), args.command.clone()),
@@ -77,32 +135,14 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
         Some(m) => cmd.arg("-m").arg(m),
         None => cmd.arg("--").arg(&target),
     };
-    cmd.args(&script_args)
-        .env("GRADSLEUTH_CAPTURE", &capture_path)
-        .env("GRADSLEUTH_STEPS", args.steps.to_string())
-        .env(
-            "GRADSLEUTH_STOP_AFTER",
-            if args.stop_after { "1" } else { "0" },
-        );
-    if args.python.is_some() {
-        // Another interpreter may not have gradsleuth installed: lend it ours.
-        if let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") {
-            let mut paths = vec![PathBuf::from(pkg)];
-            if let Some(old) = std::env::var_os("PYTHONPATH") {
-                paths.extend(std::env::split_paths(&old));
-            }
-            if let Ok(joined) = std::env::join_paths(paths) {
-                cmd.env("PYTHONPATH", joined);
-            }
-        }
-    }
-    let status = cmd.status().map_err(|e| {
-        CliError::Usage(format!(
-            "cannot start {}: {e} (use --python to choose the interpreter)",
-            python.display()
-        ))
-    })?;
-    let script_code = exit_code_of(&status);
+    cmd.args(&script_args);
+    configure(&mut cmd, &args, &capture_path);
+    let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
+    let script_code = if timed_out {
+        124
+    } else {
+        exit_code_of(&status)
+    };
     let mut capture = match std::fs::read_to_string(&capture_path) {
         Ok(text) => Capture::from_json(&text)
             .map_err(|e| CliError::Io(format!("the tracer wrote an unreadable capture: {e}")))?,
@@ -120,6 +160,21 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
             c
         }
     };
+    if timed_out && capture.error.is_none() {
+        capture.error = Some(ScriptError {
+            kind: "Timeout".into(),
+            message: format!(
+                "gradsleuth ended the script after --timeout {}s{}",
+                args.timeout.unwrap_or_default(),
+                capture
+                    .progress
+                    .as_ref()
+                    .map(|p| format!("; last seen in {} of step {}", p.phase, p.step))
+                    .unwrap_or_default()
+            ),
+            location: None,
+        });
+    }
     if let Some(save) = &args.save_capture {
         std::fs::write(save, capture.to_json())
             .map_err(|e| CliError::Io(format!("cannot write {}: {e}", save.display())))?;
@@ -130,6 +185,123 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     let report = gradsleuth_analysis::analyze(&capture);
     let code = args.output.emit(&report)?;
     Ok(if script_code != 0 { script_code } else { code })
+}
+
+/// Environment every traced process gets (single run or each rank).
+fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) {
+    cmd.env("GRADSLEUTH_CAPTURE", capture_path)
+        .env("GRADSLEUTH_STEPS", args.steps.to_string())
+        .env(
+            "GRADSLEUTH_STOP_AFTER",
+            if args.stop_after { "1" } else { "0" },
+        );
+    if args.deep {
+        cmd.env("GRADSLEUTH_DEEP", "1");
+    }
+    if args.python.is_some() {
+        // Another interpreter may not have gradsleuth installed: lend it ours.
+        if let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") {
+            let mut paths = vec![PathBuf::from(pkg)];
+            if let Some(old) = std::env::var_os("PYTHONPATH") {
+                paths.extend(std::env::split_paths(&old));
+            }
+            if let Ok(joined) = std::env::join_paths(paths) {
+                cmd.env("PYTHONPATH", joined);
+            }
+        }
+    }
+}
+
+/// Starts `cmd` and waits for it, at most `timeout` seconds; on timeout every process it
+/// started (found through /proc, wherever they moved their session) is terminated.
+fn spawn_and_wait(
+    cmd: &mut Command,
+    python: &Path,
+    timeout: Option<f64>,
+) -> Result<(std::process::ExitStatus, bool), CliError> {
+    let mut child = cmd.spawn().map_err(|e| {
+        CliError::Usage(format!(
+            "cannot start {}: {e} (use --python to choose the interpreter)",
+            python.display()
+        ))
+    })?;
+    let waited = |r: std::io::Result<std::process::ExitStatus>| {
+        r.map_err(|e| CliError::Io(format!("waiting for the script: {e}")))
+    };
+    let Some(limit) = timeout else {
+        return Ok((waited(child.wait())?, false));
+    };
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs_f64(limit.clamp(0.0, 1e9));
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| CliError::Io(format!("waiting for the script: {e}")))?
+        {
+            return Ok((status, false));
+        }
+        if std::time::Instant::now() >= deadline {
+            eprintln!(
+                "gradsleuth: --timeout {limit}s reached: stopping the script and every process it started"
+            );
+            crate::proc::kill_tree(child.id(), std::time::Duration::from_secs(5));
+            return Ok((waited(child.wait())?, true));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A distributed run: the launcher, every rank's capture, one merged report.
+fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliError> {
+    let dir = tempfile::tempdir()
+        .map_err(|e| CliError::Io(format!("cannot create a temporary directory: {e}")))?;
+    let pattern = dir.path().join("rank{rank}.json");
+    let python = interpreter(args);
+    let mut cmd = Command::new(&python);
+    cmd.arg("-m").arg("gradsleuth._launch").args(&launcher);
+    configure(&mut cmd, args, &pattern);
+    let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
+    let launcher_code = if timed_out {
+        124
+    } else {
+        exit_code_of(&status)
+    };
+    let files = crate::cmd::report::capture_files(&[dir.path().to_path_buf()]).unwrap_or_default();
+    if files.is_empty() {
+        eprintln!(
+            "gradsleuth: error: the distributed job ended ({}) before any rank started under gradsleuth; see its output above",
+            describe_status(&status)
+        );
+        return Ok(if launcher_code == 0 { 2 } else { launcher_code });
+    }
+    let mut merger = gradsleuth_analysis::merge::Merger::new(args.nproc_per_node.unwrap_or(0));
+    if timed_out {
+        merger.timed_out();
+    }
+    for f in &files {
+        let rank = crate::cmd::report::rank_of(f).unwrap_or(0);
+        match crate::cmd::report::load(f) {
+            Ok(c) => merger.add(&c, rank),
+            Err(e) => merger.missing(rank, format!("its capture is unreadable ({e})")),
+        }
+    }
+    if let Some(save) = &args.save_capture {
+        std::fs::create_dir_all(save)
+            .map_err(|e| CliError::Io(format!("cannot create {}: {e}", save.display())))?;
+        for f in &files {
+            if let Some(name) = f.file_name() {
+                std::fs::copy(f, save.join(name))
+                    .map_err(|e| CliError::Io(format!("cannot write {}: {e}", save.display())))?;
+            }
+        }
+    }
+    let report = merger.finish();
+    let code = args.output.emit(&report)?;
+    Ok(if launcher_code != 0 {
+        launcher_code
+    } else {
+        code
+    })
 }
 
 fn exit_code_of(status: &std::process::ExitStatus) -> i32 {

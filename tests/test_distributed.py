@@ -1,0 +1,131 @@
+"""Multi-process training under the real torch.distributed (gloo on loopback, 2 ranks): the
+tracer in every rank, the captures merged into one report (`command: merge`), rank
+divergence located at the branch that decides it, failures and hangs attributed to a rank,
+no process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import ROOT, run_gradsleuth
+
+DIST = ROOT / "tests" / "dist"
+SCHEMA_PATH = ROOT.parent / "shared" / "report.schema.json"
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+
+
+def _run(*args, timeout=300):
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gs-dist-{os.getpid()}-{time.monotonic_ns()}.json"
+    proc = run_gradsleuth("run", "--format", "json", "--out", out, *args, cwd=DIST, timeout=timeout)
+    report = json.loads(out.read_text()) if out.exists() else None
+    if out.exists():
+        out.unlink()
+    assert report is not None, proc.stderr[-4000:]
+    if SCHEMA_PATH.exists():
+        jsonschema.validate(report, json.loads(SCHEMA_PATH.read_text()))
+    assert report["command"] == "merge"
+    return proc, report
+
+
+def _codes(report, severity=("error", "warning")):
+    return sorted(f["code"] for f in report["findings"] if f["severity"] in severity)
+
+
+def test_a_module_used_on_one_rank_only_is_located_at_its_branch():
+    proc, report = _run("--nproc-per-node", "2", "multitask_ddp.py", "--find-unused")
+    assert _codes(report) == ["GS130"], json.dumps(report["findings"], indent=1)
+    (f,) = report["findings"]
+    assert f["category"] == "rank_divergence"
+    assert f["params"] == ["module.aux.weight", "module.aux.bias"]
+    assert f["ranks"] == [1]
+    assert f["location"]["line"] == 27 and "if (y == RARE).any():" in f["location"]["snippet"]
+    assert f["related"][0]["location"]["line"] == 28
+    assert "ran on rank(s) 0 and never on rank(s) 1" in f["message"]
+    # With find_unused_parameters=True DDP averages the head's gradient: it still learns.
+    assert {p["name"]: p["status"] for p in report["parameters"]}["module.aux.weight"] == "learning"
+    assert len(report["parameters"]) == 8
+    assert proc.returncode == 1
+
+
+def test_without_find_unused_ddp_fails_and_the_divergence_explains_it():
+    proc, report = _run("--nproc-per-node", "2", "--timeout", "240", "multitask_ddp.py")
+    by_code = {}
+    for f in report["findings"]:
+        by_code.setdefault(f["code"], []).append(f)
+    assert [f["ranks"] for f in by_code["GS130"]] == [[1]]
+    failed = [f for f in by_code["GS131"] if f["severity"] == "error"]
+    assert len(failed) == 1 and failed[0]["ranks"] == [1]
+    assert "Expected to have finished reduction" in failed[0]["message"]
+    assert failed[0]["related"][0]["location"]["line"] == 27  # points at the branch
+    err = report["error"]
+    assert err["message"].startswith("[rank 1] Expected to have finished reduction")
+    assert err["explained_by"] == [by_code["GS130"][0]["id"]]
+    assert proc.returncode == 1
+
+
+def test_torchrun_command_passes_through():
+    proc, report = _run("--", TORCHRUN, "--standalone", "--nproc-per-node", "2", "multitask_ddp.py", "--find-unused")
+    assert _codes(report) == ["GS130"]
+    assert report["target"]["script"].endswith("multitask_ddp.py")
+
+
+@pytest.mark.parametrize("script", ["ddp_classifier.py", "fsdp2_mlp.py"])
+def test_correct_ddp_and_fsdp2_training_is_clean(script):
+    proc, report = _run("--nproc-per-node", "2", script)
+    assert _codes(report) == [], json.dumps(report["findings"], indent=1)
+    assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
+    assert report["parameters"] and report["steps_observed"] >= 3
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _leftovers(marker: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def test_a_hang_is_ended_by_the_timeout_and_the_stalled_rank_named():
+    started = time.monotonic()
+    proc, report = _run("--nproc-per-node", "2", "--timeout", "30", "stalled_loader_ddp.py", timeout=200)
+    assert time.monotonic() - started < 120
+    assert proc.returncode == 124
+    stalled = [f for f in report["findings"] if f["code"] == "GS131" and f["severity"] == "error"]
+    waiting = [f for f in report["findings"] if f["code"] == "GS131" and f["severity"] == "warning"]
+    assert [f["ranks"] for f in stalled] == [[1]], report["findings"]
+    assert "stalled after the optimizer step of step 1" in stalled[0]["message"]
+    assert "time.sleep(3600)" in stalled[0]["location"]["snippet"]  # the line it was stuck on
+    assert [f["ranks"] for f in waiting] == [[0]]
+    assert report["error"]["type"] == "Timeout"
+    time.sleep(1)
+    assert _leftovers("stalled_loader_ddp.py") == []
+
+
+def test_saved_rank_captures_merge_again_without_python(tmp_path):
+    caps = tmp_path / "caps"
+    proc, report = _run("--nproc-per-node", "2", "--save-capture", caps, "multitask_ddp.py", "--find-unused")
+    assert sorted(p.name for p in caps.iterdir()) == ["rank0.json", "rank1.json"]
+    again = run_gradsleuth("report", "--format", "json", caps)
+    merged = json.loads(again.stdout)
+    assert merged["command"] == "merge"
+    assert [(f["code"], f["ranks"]) for f in merged["findings"]] == [
+        (f["code"], f["ranks"]) for f in report["findings"]
+    ]
+    one = json.loads(run_gradsleuth("report", "--format", "json", caps / "rank1.json").stdout)
+    assert one["command"] == "run"  # a single rank is reported as it is
+
+
+def test_a_garbage_capture_in_a_merge_is_a_clear_error(tmp_path):
+    caps = tmp_path / "caps"
+    caps.mkdir()
+    header = {"format": "gradsleuth-capture", "version": 1, "tool_version": "0", "command": "run"}
+    (caps / "rank0.json").write_text(json.dumps(header))
+    (caps / "rank1.json").write_bytes(b"\x00\xffnot json")
+    proc = run_gradsleuth("report", caps)
+    assert proc.returncode == 2
+    assert "rank1.json" in proc.stderr and "panicked" not in proc.stderr and "Traceback" not in proc.stderr

@@ -66,6 +66,202 @@ pub struct Progress {
     pub phase: String,
 }
 
+/// `watch`: gradient health over a whole run, kept bounded (summaries and a series of at most
+/// a fixed number of buckets per layer, however long the run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchRec {
+    /// Optimizer steps seen.
+    pub steps: u64,
+    pub thresholds: WatchThresholds,
+    #[serde(default)]
+    pub params: Vec<WatchParam>,
+    #[serde(default)]
+    pub layers: Vec<WatchLayer>,
+    #[serde(default)]
+    pub events: Vec<WatchEvent>,
+    /// GradScaler: steps seen and steps it skipped (inf/NaN gradients).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaler: Option<(u64, u64)>,
+    /// The first non-finite gradient, traced to its op and line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nan: Option<NanTrace>,
+    /// Where TensorBoard event files were written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorboard: Option<String>,
+}
+
+/// Detector thresholds (defaults and their reasoning in `docs/watch.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WatchThresholds {
+    /// A layer is exploding when its gradient norm exceeds this many times its running median.
+    pub explode_factor: f64,
+    /// ... or this absolute norm.
+    pub explode_abs: f64,
+    /// A layer is vanishing when its gradient norm stays below this fraction of the largest
+    /// layer's norm in the same step ...
+    pub vanish_ratio: f64,
+    /// ... for this many consecutive steps (also: dead layers, parameters that stop learning).
+    pub patience: u64,
+    /// Steps before the explode/vanish detectors judge (statistics warm up).
+    pub warmup: u64,
+    /// GradScaler skip storm: this fraction of the last `scaler_window` steps skipped.
+    pub scaler_skip_fraction: f64,
+    pub scaler_window: u64,
+    /// The update-to-weight ratio is measured every this many steps.
+    pub update_every: u64,
+}
+
+impl Default for WatchThresholds {
+    fn default() -> Self {
+        WatchThresholds {
+            explode_factor: 100.0,
+            explode_abs: 1e6,
+            vanish_ratio: 1e-7,
+            patience: 20,
+            warmup: 10,
+            scaler_skip_fraction: 0.5,
+            scaler_window: 20,
+            update_every: 10,
+        }
+    }
+}
+
+/// Summary statistics of a series (finite values only in min/max/mean).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeriesSummary {
+    pub count: u64,
+    pub none: u64,
+    pub zero: u64,
+    pub nonfinite: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchParam {
+    pub name: String,
+    /// The module (layer) it belongs to.
+    pub layer: String,
+    pub grad_norm: SeriesSummary,
+    pub update_ratio: SeriesSummary,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_nonzero_step: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_nonfinite_step: Option<u64>,
+}
+
+/// One layer's gradient flow over the run, in buckets of `stride` steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchLayer {
+    pub name: String,
+    pub stride: u64,
+    pub buckets: Vec<WatchBucket>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchBucket {
+    /// First step of the bucket (1-based).
+    pub step: u64,
+    pub steps: u64,
+    /// Layer gradient norm: mean and max over the bucket's finite values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Steps where the layer had no gradient / an exactly zero one / a non-finite one.
+    #[serde(default)]
+    pub none: u64,
+    #[serde(default)]
+    pub zero: u64,
+    #[serde(default)]
+    pub nonfinite: u64,
+    /// Mean update-to-weight ratio of the sampled steps in the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_ratio: Option<f64>,
+}
+
+/// An anomaly the monitor saw.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    /// `nonfinite`, `exploding`, `vanishing`, `dead`, `stopped`, `scaler_storm`.
+    pub kind: String,
+    /// First step it was seen, and the last (for sustained ones).
+    pub step: u64,
+    #[serde(default)]
+    pub until: u64,
+    /// Layer or parameter names concerned.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// The value that crossed the threshold (norm, ratio, fraction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// Statistics of one tensor, for the inputs of the op that went non-finite.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TensorStats {
+    pub shape: Vec<i64>,
+    pub dtype: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    #[serde(default)]
+    pub nan: u64,
+    #[serde(default)]
+    pub inf: u64,
+    /// Elements that are exactly zero (a log/div/sqrt input).
+    #[serde(default)]
+    pub zeros: u64,
+}
+
+/// Where the first non-finite value came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NanTrace {
+    /// The step whose gradients were first non-finite.
+    pub step: u64,
+    /// Parameters whose gradient was non-finite in that step.
+    #[serde(default)]
+    pub params: Vec<String>,
+    /// The first forward op whose output was non-finite (from finite inputs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_op: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_at: Option<Location>,
+    #[serde(default)]
+    pub forward_inputs: Vec<TensorStats>,
+    /// The first backward node that produced a non-finite gradient from finite ones, and the
+    /// forward op (and line) that created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_op: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_at: Option<Location>,
+    /// The gradient reaching the model's output was already non-finite: the loss code made it.
+    #[serde(default)]
+    pub from_loss: bool,
+    /// How it was found (`replay`: the step's forward and backward re-run from its inputs with
+    /// checks; `next_step`: the following step traced).
+    #[serde(default)]
+    pub method: String,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
 /// A module object seen by the tracer (a model root, a registered submodule, a module kept
 /// in a plain container, or one that only ever ran as an orphan).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -364,6 +560,9 @@ pub struct Capture {
     /// The last phase observed (written as the script goes under a launcher).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// `watch`: gradient health over the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchRec>,
     /// Notes from the tracer itself (a hook that failed, a region it could not see).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -393,6 +592,7 @@ impl Default for Capture {
             error: None,
             dist: None,
             progress: None,
+            watch: None,
             notes: Vec::new(),
         }
     }

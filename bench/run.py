@@ -9,6 +9,8 @@ step: per-step cost of the three bench models (plain step = 1.00x) while gradsle
       after its hooks are removed, and under `torch.autograd.detect_anomaly()`.
 op:   the op-level step (every torch call recorded, as in the first observed step) beside a
       no-op Python TorchDispatchMode and `detect_anomaly()`.
+watch: the steady-state step under `gradsleuth.watch(model, optimizer)` beside the plain step, and
+       a NaN step localized by watch beside the same step under `detect_anomaly()`.
 explain: a 100 MB log and a 2 KB traceback, through the installed command and the Rust binary.
 merge: 1,000 synthetic rank captures of a 1,000-parameter model merged by `gradsleuth report DIR`
        (streamed, in parallel chunks) beside Python's json.load of the same files: s, peak RSS.
@@ -149,6 +151,7 @@ def step_fn(model, data, loss_fn):
         loss_fn(model(x), y).backward()
         opt.step()
 
+    step.model, step.opt = model, opt
     return step
 
 
@@ -179,6 +182,18 @@ def _observing(deep_all):
         return ms
 
     return measure
+
+
+def _watching(step, n):
+    """A steady step under `gradsleuth.watch(model, optimizer)` (norms every step, update
+    ratios every 10th, forward hooks kept ready to re-run a NaN step)."""
+    from gradsleuth._watch import watch
+
+    w = watch(step.model, step.opt, status=False)
+    step()
+    ms = median_ms(step, n)
+    w.close()
+    return ms
 
 
 def _noop_dispatch(step, n):
@@ -236,6 +251,191 @@ def bench_op():
         "op-level step",
         [("op-level", _observing(True)), ("no-op dispatch", _noop_dispatch), ("detect_anomaly", _anomaly)],
     )
+
+
+def bench_watch():
+    """Steady-state cost of watch on the three models, and a NaN step localized by watch's
+    re-run beside the same step under detect_anomaly()."""
+    compare("watch: steady-state per-step cost", [("watch", _watching)], rounds=7, per_round=10)
+    _bench_nan()
+
+
+def _nan_model():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(64, 128, bias=False)
+            self.body = nn.Sequential(*[nn.Sequential(nn.Linear(129, 129), nn.GELU()) for _ in range(8)])
+            self.head = nn.Linear(129, 10)
+
+        def forward(self, x):
+            h = self.proj(x)
+            length = torch.sqrt((h**2).sum(-1, keepdim=True))  # NaN in backward at a zero row
+            return self.head(self.body(torch.cat([h, length], -1)).mean(1))
+
+    return Net()
+
+
+class _Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x, keep):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+        att = att.masked_fill(~keep[:, None, None, :], float("-inf"))  # padding keys
+        y = att.softmax(-1) @ v  # a sequence that is all padding: softmax of -inf only = NaN
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+class _Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = _Attention(d, heads)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, keep):
+        x = x + self.attn(self.ln1(x), keep)
+        return x + self.mlp(self.ln2(x))
+
+
+class _TinyLM(nn.Module):
+    def __init__(self, vocab=100, d=64, heads=4, layers=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([_Block(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens, keep):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, keep)
+        return self.head(self.ln(x))
+
+
+def _nan_cases():
+    """(name, model maker, batch, loss): a NaN made in backward and one made in forward."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 32, 64)
+    x[:, -1] = 0.0
+    y = torch.randint(0, 10, (16,))
+    tokens = torch.randint(0, 100, (8, 32))
+    keep = torch.ones(8, 32, dtype=torch.bool)
+    keep[3] = False  # one sequence of the batch is all padding
+    return (
+        ("sqrt of a zero length (backward NaN)", _nan_model, (x,), lambda out: F.cross_entropy(out, y)),
+        (
+            "fully masked attention row (forward NaN)",
+            _TinyLM,
+            (tokens, keep),
+            lambda out: F.cross_entropy(out.flatten(0, 1), tokens.flatten()),
+        ),
+    )
+
+
+def _bench_nan(repeats=7):
+    """One step whose gradients turn NaN: plain, with watch (which re-runs it with checks to
+    find the op and line), and under detect_anomaly (which raises at the first NaN node)."""
+    for name, make, batch, loss_fn in _nan_cases():
+        _bench_nan_case(name, make, batch, loss_fn, repeats)
+
+
+def _bench_nan_case(name, make, batch, loss_fn, repeats):
+    from gradsleuth._watch import watch
+
+    def run(mode):
+        model = make()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        w = watch(model, opt, status=False) if mode == "watch" else None
+        t0 = time.perf_counter()
+        try:
+            if mode == "anomaly":
+                with torch.autograd.detect_anomaly(check_nan=True):
+                    loss = loss_fn(model(*batch))
+                    opt.zero_grad()
+                    loss.backward()
+            else:
+                loss = loss_fn(model(*batch))
+                opt.zero_grad()
+                loss.backward()
+            opt.step()
+        except RuntimeError as e:
+            where = str(e).split("\n")[0][:70]
+        else:
+            where = ""
+        elapsed = (time.perf_counter() - t0) * 1e3
+        if w is not None:
+            t = w.localized or {}
+            if t.get("backward_node"):
+                where = f"{t['backward_node']} (backward of {t.get('backward_op')}) at line {t['backward_at']['line']}"
+            elif t.get("forward_op"):
+                where = f"forward {t['forward_op']} at line {t['forward_at']['line']}"
+            w.close()
+        return elapsed, where
+
+    res = {m: [] for m in ("plain", "watch", "anomaly")}
+    where = {}
+    for _ in range(repeats):
+        for m in res:
+            ms, w = run(m)
+            res[m].append(ms)
+            where[m] = w
+    print(f"\n## NaN step, {name}: median ms of {repeats} runs (added = cost over the plain step)")
+    plain = statistics.median(res["plain"])
+    for m in res:
+        t = statistics.median(res[m])
+        print(f"{m:10}{t:9.1f} ms {t / plain:6.2f}x plain  added {t - plain:7.1f} ms   {where[m]}")
+    wt, at = statistics.median(res["watch"]), statistics.median(res["anomaly"])
+    added = (at - plain) / max(wt - plain, 1e-9)
+    print(f"detect_anomaly vs watch on this step: {at / wt:.1f}x the time, {added:.1f}x the added cost")
+    # Nobody knows which step will go NaN: detect_anomaly has to be on from the start, watch is.
+    steady = _steady_costs(make, batch, loss_fn)
+    for n in (100, 1000):
+        anomaly_run = n * (steady["anomaly"] - steady["plain"])
+        # (a per-step cost lost in the timing noise counts as zero, the re-run as measured)
+        watch_run = n * max(steady["watch"] - steady["plain"], 0.0) + max(wt - plain, 0.0)
+        print(
+            f"to trace a NaN at step {n}: detect_anomaly adds {anomaly_run / 1e3:.2f} s, watch "
+            f"{watch_run / 1e3:.2f} s ({anomaly_run / max(watch_run, 1e-9):.0f}x less; goal >= 3x)"
+        )
+
+
+def _steady_costs(make, batch, loss_fn, n=20):
+    """Per-step ms of finite steps of the same model: plain, watched, under detect_anomaly."""
+    from gradsleuth._watch import watch
+
+    def finite(b):
+        if b.dtype == torch.bool:
+            return torch.ones_like(b)
+        return b + 1.0 if b.is_floating_point() else b
+
+    clean = tuple(finite(b) for b in batch)
+    model = make()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step():
+        loss = loss_fn(model(*clean))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    out = {}
+    for _ in range(3):
+        step()
+    out["plain"] = median_ms(step, n)
+    w = watch(model, opt, status=False)
+    step()
+    out["watch"] = median_ms(step, n)
+    w.close()
+    out["anomaly"] = median_ms(step, n, ctx=lambda: torch.autograd.detect_anomaly(check_nan=True))
+    return out
 
 
 def bench_explain(size_mb=100, repeats=5):
@@ -484,7 +684,7 @@ def bench_merge(ranks=1000):
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "explain", "merge", "lint"]
+    which = sys.argv[1:] or ["walk", "step", "op", "watch", "explain", "merge", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -494,6 +694,8 @@ if __name__ == "__main__":
         bench_step()
     if "op" in which:
         bench_op()
+    if "watch" in which:
+        bench_watch()
     if "explain" in which:
         bench_explain()
     if "merge" in which:

@@ -11,11 +11,15 @@ first use (the `gradsleuth` command starts through this package, so start-up sta
     print(t.report())
 
     gradsleuth.assert_learning(model, (x, y), F.cross_entropy, optimizer)  # in unit tests
+
+    w = gradsleuth.watch(model, optimizer, log_dir="runs/gs")  # a whole run's gradient health
+    train()
+    print(w.report())
 """
 
 from gradsleuth._core import __version__
 
-__all__ = ["Report", "assert_learning", "diagnose", "trace", "__version__"]
+__all__ = ["Report", "assert_learning", "diagnose", "trace", "watch", "__version__"]
 
 
 def __getattr__(name):
@@ -23,4 +27,8 @@ def __getattr__(name):
         from gradsleuth import api
 
         return getattr(api, name)
+    if name == "watch":
+        from gradsleuth._watch import watch
+
+        return watch
     raise AttributeError(f"module 'gradsleuth' has no attribute {name!r}")

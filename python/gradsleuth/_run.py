@@ -94,6 +94,8 @@ def main(argv: list[str]) -> int:
     steps = int(os.environ.pop("GRADSLEUTH_STEPS", "3") or 3)
     stop_after = os.environ.pop("GRADSLEUTH_STOP_AFTER", "0") == "1"
     deep_all = os.environ.pop("GRADSLEUTH_DEEP", "0") == "1"
+    watching = os.environ.pop("GRADSLEUTH_WATCH", "0") == "1"
+    tensorboard = os.environ.pop("GRADSLEUTH_TENSORBOARD", None) or None
     module = None
     if argv[:1] == ["-m"] and len(argv) > 1:
         module, args = argv[1], argv[2:]
@@ -139,6 +141,7 @@ def main(argv: list[str]) -> int:
             return 2
 
     tracer = None
+    watch = None
     try:
         import torch  # noqa: F401 - installs the tracer's hooks before the script imports it
 
@@ -153,7 +156,19 @@ def main(argv: list[str]) -> int:
 
         tracer = Tracer(
             rec, steps, on_done=on_done, deep_all=deep_all, on_progress=(lambda _t: save()) if dist_env else None
-        ).start()
+        )
+        if watching:
+            # Started first: the tracer removes its optimizer hooks from inside one when its
+            # observation ends, which is only safe for the last hook of torch's hook dict.
+            from gradsleuth._watch import Watch
+
+            def roots(t=tracer):
+                return [r() for r in t._roots.values() if r() is not None]
+
+            watch = Watch(roots=roots, log_dir=tensorboard)
+            watch.tracer = tracer
+            watch.start()
+        tracer.start()
     except ImportError as e:
         rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
 
@@ -206,6 +221,9 @@ def main(argv: list[str]) -> int:
         code = 1
     finally:
         _finish(tracer)
+        if watch is not None:
+            watch.close()
+            watch.attach(rec)
         sys.stdout.flush()
         sys.stderr.flush()
         save()

@@ -82,6 +82,24 @@ pub fn analyze(capture: &Capture) -> Report {
     report.environment = capture.environment.clone();
     report.steps_observed = Some(ctx.facts.steps_observed);
     report.parameters = ctx.facts.rows();
+    if let Some(w) = &capture.watch {
+        report.steps_observed = Some(report.steps_observed.unwrap_or(0).max(w.steps as u32));
+        if report.parameters.is_empty() {
+            report.parameters = watch_rows(w);
+        } else {
+            // The first steps looked fine; the whole run decides the status.
+            let later: std::collections::HashMap<&str, gradsleuth_model::ParamStatus> = watch_rows(w)
+                .into_iter()
+                .filter(|r| r.status != gradsleuth_model::ParamStatus::Learning)
+                .map(|r| (w.params.iter().find(|p| p.name == r.name).map_or("", |p| p.name.as_str()), r.status))
+                .collect();
+            for row in &mut report.parameters {
+                if let Some(s) = later.get(row.name.as_str()) {
+                    row.status = *s;
+                }
+            }
+        }
+    }
     report.push_findings(findings);
     if let Some(err) = &capture.error {
         let explained_by = explaining(&report.findings, &err.message);
@@ -93,6 +111,40 @@ pub fn analyze(capture: &Capture) -> Report {
         });
     }
     report
+}
+
+/// Parameter rows from a watch record alone (`gradsleuth.watch` without the first-steps
+/// tracer): the status over the whole run.
+fn watch_rows(w: &gradsleuth_model::capture::WatchRec) -> Vec<gradsleuth_model::ParamRow> {
+    use gradsleuth_model::ParamStatus as S;
+    w.params
+        .iter()
+        .map(|p| {
+            let g = &p.grad_norm;
+            let stopped = w
+                .events
+                .iter()
+                .any(|e| e.kind == "stopped" && e.names.contains(&p.name));
+            let status = if p.first_nonfinite_step.is_some() {
+                S::Nan
+            } else if g.count > 0 && g.none == g.count || stopped {
+                S::GradNone
+            } else if g.count > 0 && g.zero == g.count - g.none {
+                S::GradZero
+            } else {
+                S::Learning
+            };
+            gradsleuth_model::ParamRow {
+                name: p.name.clone(),
+                shape: Vec::new(),
+                status,
+                in_optimizer: Some(true),
+                grad_norm: Vec::new(),
+                update_norm: Vec::new(),
+                ranks: None,
+            }
+        })
+        .collect()
 }
 
 /// A runtime finding that `gradsleuth lint` would have caught names the rule: the same

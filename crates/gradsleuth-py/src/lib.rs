@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 mod frames;
 mod graph;
 mod oplog;
+mod watch;
 
 type Loc3 = (Option<String>, Option<u32>, Option<String>);
 
@@ -205,6 +206,17 @@ impl Recorder {
                 m.first_call = loc;
             }
         }
+    }
+
+    /// Stores the watch monitors' records (one per optimizer) in the capture (the command
+    /// becomes `watch`).
+    fn set_watch(&mut self, watchers: Vec<PyRefMut<'_, watch::Watcher>>) {
+        let records = watchers
+            .into_iter()
+            .map(|mut w| w.monitor.record())
+            .collect();
+        self.capture.watch = Some(gradsleuth_watch::combine(records));
+        self.capture.command = "watch".into();
     }
 
     /// Distributed: this process's rank in its job.
@@ -606,6 +618,7 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
+    m.add_class::<watch::Watcher>()?;
     m.add_class::<oplog::OpLog>()?;
     m.add_class::<frames::Frames>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;

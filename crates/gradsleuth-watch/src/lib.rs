@@ -129,7 +129,14 @@ impl Monitor {
         self.params.len()
     }
 
-    fn event(&mut self, kind: &str, name: &str, step: u64, value: Option<f64>, detail: String) -> bool {
+    fn event(
+        &mut self,
+        kind: &str,
+        name: &str,
+        step: u64,
+        value: Option<f64>,
+        detail: String,
+    ) -> bool {
         let key = (kind.to_owned(), name.to_owned());
         if let Some(&i) = self.open.get(&key) {
             self.events[i].until = step;
@@ -175,8 +182,7 @@ impl Monitor {
             }
         }
         if !nonfinite.is_empty() {
-            let first = self.nan.is_none()
-                && !self.events.iter().any(|e| e.kind == "nonfinite");
+            let first = self.nan.is_none() && !self.events.iter().any(|e| e.kind == "nonfinite");
             let names: Vec<String> = nonfinite
                 .iter()
                 .map(|&i| self.params[i].summary.name.clone())
@@ -200,11 +206,20 @@ impl Monitor {
         let mut stopped = Vec::new();
         for p in &self.params {
             if p.quiet_streak == t.patience && p.summary.last_nonzero_step.is_some() {
-                stopped.push((p.summary.name.clone(), p.summary.last_nonzero_step.unwrap_or(0)));
+                stopped.push((
+                    p.summary.name.clone(),
+                    p.summary.last_nonzero_step.unwrap_or(0),
+                ));
             }
         }
         for (name, last) in stopped {
-            if self.event("stopped", &name, step, None, format!("last non-zero gradient at step {last}")) {
+            if self.event(
+                "stopped",
+                &name,
+                step,
+                None,
+                format!("last non-zero gradient at step {last}"),
+            ) {
                 verdict.new_anomalies.push("stopped".into());
             }
         }
@@ -228,7 +243,12 @@ impl Monitor {
             .filter(|v| v.is_finite())
             .fold(0.0f64, f64::max);
         let mut tb: Vec<(String, f32)> = Vec::new();
-        let total: f64 = layer_norms.iter().flatten().map(|v| v * v).sum::<f64>().sqrt();
+        let total: f64 = layer_norms
+            .iter()
+            .flatten()
+            .map(|v| v * v)
+            .sum::<f64>()
+            .sqrt();
         tb.push(("grad_norm/total".into(), total as f32));
         for li in 0..self.layers.len() {
             let v = layer_norms[li];
@@ -236,7 +256,13 @@ impl Monitor {
             self.layers[li].history.push(step, v);
             if step % 10 == 1 || step <= 10 {
                 if let Some(v) = v {
-                    tb.push((format!("grad_norm/{}", if name.is_empty() { "(root)" } else { &name }), v as f32));
+                    tb.push((
+                        format!(
+                            "grad_norm/{}",
+                            if name.is_empty() { "(root)" } else { &name }
+                        ),
+                        v as f32,
+                    ));
                 }
             }
             let Some(v) = v.filter(|v| v.is_finite()) else {
@@ -268,14 +294,23 @@ impl Monitor {
                 });
             }
             if dead {
-                if self.event("dead", &name, step, Some(0.0), "gradient exactly zero in every step so far".into()) {
+                if self.event(
+                    "dead",
+                    &name,
+                    step,
+                    Some(0.0),
+                    "gradient exactly zero in every step so far".into(),
+                ) {
                     verdict.new_anomalies.push("dead".into());
                 }
             } else {
                 self.close("dead", &name);
             }
             if vanishing {
-                let detail = format!("below {:.0e} × the largest layer's gradient norm", t.vanish_ratio);
+                let detail = format!(
+                    "below {:.0e} × the largest layer's gradient norm",
+                    t.vanish_ratio
+                );
                 if self.event("vanishing", &name, step, Some(v), detail) {
                     verdict.new_anomalies.push("vanishing".into());
                 }
@@ -284,7 +319,9 @@ impl Monitor {
             }
             if exploding {
                 let detail = match usual {
-                    Some(u) if v <= t.explode_abs => format!("{:.1}× its usual norm {u:.3e}", v / u),
+                    Some(u) if v <= t.explode_abs => {
+                        format!("{:.1}× its usual norm {u:.3e}", v / u)
+                    }
                     _ => format!("above the absolute bound {:.0e}", t.explode_abs),
                 };
                 if self.event("exploding", &name, step, Some(v), detail) {
@@ -322,7 +359,13 @@ impl Monitor {
             if !rs.is_empty() {
                 let mean = rs.iter().sum::<f64>() / rs.len() as f64;
                 l.history.push_ratio(step, mean);
-                tb.push((format!("update_ratio/{}", if l.name.is_empty() { "(root)" } else { &l.name }), mean as f32));
+                tb.push((
+                    format!(
+                        "update_ratio/{}",
+                        if l.name.is_empty() { "(root)" } else { &l.name }
+                    ),
+                    mean as f32,
+                ));
             }
         }
         if let Some(w) = &mut self.tb {
@@ -348,7 +391,10 @@ impl Monitor {
         let frac = self.scaler.iter().filter(|s| **s).count() as f64 / n as f64;
         let step = self.steps.max(1);
         if frac >= t.scaler_skip_fraction {
-            let detail = format!("GradScaler skipped {:.0}% of the last {n} steps", frac * 100.0);
+            let detail = format!(
+                "GradScaler skipped {:.0}% of the last {n} steps",
+                frac * 100.0
+            );
             return self.event("scaler_storm", "GradScaler", step, Some(frac), detail);
         }
         self.close("scaler_storm", "GradScaler");
@@ -416,6 +462,31 @@ impl Monitor {
     }
 }
 
+/// One record for several monitors (one per optimizer: a GAN's generator and discriminator).
+pub fn combine(records: Vec<WatchRec>) -> WatchRec {
+    let mut it = records.into_iter();
+    let Some(mut out) = it.next() else {
+        return WatchRec::default();
+    };
+    for r in it {
+        out.steps = out.steps.max(r.steps);
+        out.params.extend(r.params);
+        out.layers.extend(r.layers);
+        out.events.extend(r.events);
+        out.scaler = match (out.scaler, r.scaler) {
+            (Some(a), Some(b)) => Some((a.0 + b.0, a.1 + b.1)),
+            (a, b) => a.or(b),
+        };
+        if out.nan.is_none() {
+            out.nan = r.nan;
+        }
+        if out.tensorboard.is_none() {
+            out.tensorboard = r.tensorboard;
+        }
+    }
+    out
+}
+
 /// A summary's finite mean, or None.
 pub fn mean(s: &SeriesSummary) -> Option<f64> {
     s.mean
@@ -440,7 +511,10 @@ mod tests {
     fn a_first_nan_is_reported_once_and_arms_tracing() {
         let mut m = monitor();
         for _ in 0..5 {
-            assert_eq!(m.grads(&[Some(1.0), Some(0.5), Some(2.0)]), Verdict::default());
+            assert_eq!(
+                m.grads(&[Some(1.0), Some(0.5), Some(2.0)]),
+                Verdict::default()
+            );
         }
         let v = m.grads(&[Some(f64::NAN), Some(0.5), Some(f64::INFINITY)]);
         assert_eq!(v.first_nonfinite, vec![0, 2]);
@@ -458,7 +532,10 @@ mod tests {
         let mut m = monitor();
         for i in 0..30 {
             let wobble = 1.0 + 0.3 * ((i % 5) as f64 - 2.0) / 2.0;
-            assert!(m.grads(&[Some(wobble), Some(0.1), Some(2.0 * wobble)]).new_anomalies.is_empty());
+            assert!(m
+                .grads(&[Some(wobble), Some(0.1), Some(2.0 * wobble)])
+                .new_anomalies
+                .is_empty());
         }
         let v = m.grads(&[Some(1.0), Some(0.1), Some(900.0)]);
         assert_eq!(v.new_anomalies, vec!["exploding"]);
@@ -496,7 +573,11 @@ mod tests {
         for _ in 0..(t.warmup + t.patience) {
             m.grads(&[Some(1.0), Some(1.0), Some(1e-12)]);
         }
-        assert!(m.record().events.iter().any(|e| e.kind == "vanishing" && e.names == ["head"]));
+        assert!(m
+            .record()
+            .events
+            .iter()
+            .any(|e| e.kind == "vanishing" && e.names == ["head"]));
     }
 
     #[test]
@@ -530,7 +611,10 @@ mod tests {
         }
         let rec = m.record();
         assert_eq!(rec.steps, 20_000);
-        assert!(rec.layers.iter().all(|l| l.buckets.len() <= series::MAX_BUCKETS));
+        assert!(rec
+            .layers
+            .iter()
+            .all(|l| l.buckets.len() <= series::MAX_BUCKETS));
         assert!(rec.events.is_empty());
     }
 }

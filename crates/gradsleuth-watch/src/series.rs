@@ -176,7 +176,11 @@ mod tests {
             }
         }
         let b = h.buckets();
-        assert!(b.len() <= MAX_BUCKETS && b.len() > MAX_BUCKETS / 2, "{}", b.len());
+        assert!(
+            b.len() <= MAX_BUCKETS && b.len() > MAX_BUCKETS / 2,
+            "{}",
+            b.len()
+        );
         assert_eq!(b.iter().map(|x| x.steps).sum::<u64>(), n);
         assert_eq!(b[0].step, 1);
         assert_eq!(b.last().unwrap().max, Some(n as f64));
@@ -184,6 +188,8 @@ mod tests {
         let first = &b[0];
         let expect = (1..=first.steps).sum::<u64>() as f64 / first.steps as f64;
         assert!((first.mean.unwrap() - expect).abs() < 1e-9);
-        assert!(b.iter().all(|x| x.update_ratio.is_some_and(|r| (r - 1e-3).abs() < 1e-12)));
+        assert!(b
+            .iter()
+            .all(|x| x.update_ratio.is_some_and(|r| (r - 1e-3).abs() < 1e-12)));
     }
 }

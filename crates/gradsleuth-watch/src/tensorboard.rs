@@ -49,7 +49,12 @@ pub fn record(data: &[u8]) -> Vec<u8> {
 }
 
 /// An `Event` with a wall time, a step and either a file version or scalar values.
-pub fn event(wall_time: f64, step: i64, file_version: Option<&str>, scalars: &[(&str, f32)]) -> Vec<u8> {
+pub fn event(
+    wall_time: f64,
+    step: i64,
+    file_version: Option<&str>,
+    scalars: &[(&str, f32)],
+) -> Vec<u8> {
     let mut e = Vec::new();
     e.push(0x09); // field 1, fixed64
     e.extend_from_slice(&wall_time.to_le_bytes());

@@ -26,6 +26,7 @@ pub mod scaler_skipped;
 pub mod unexplained;
 pub mod unregistered;
 pub mod unused;
+pub mod watch;
 pub mod zero_grad_order;
 
 /// A runtime check.
@@ -67,6 +68,12 @@ pub const ALL: &[Check] = &[
     optimizer_stale::CHECK,
     optimizer_missing::CHECK,
     unused::CHECK,
+    watch::nonfinite::CHECK,
+    watch::exploding::CHECK,
+    watch::vanishing::CHECK,
+    watch::dead::CHECK,
+    watch::stopped::CHECK,
+    watch::scaler_storm::CHECK,
     unexplained::CHECK,
 ];
 

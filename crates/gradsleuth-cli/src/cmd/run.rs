@@ -25,8 +25,16 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub steps: u32,
     /// End the script once the observed steps are done.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub stop_after: bool,
+    /// Keep a light monitor on for the whole run: gradient norms every step, update ratios,
+    /// NaN/Inf traced to the op and line, exploding/vanishing/dead layers, parameters that stop
+    /// learning, GradScaler skip storms.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: write TensorBoard event files to DIR.
+    #[arg(long, value_name = "DIR", requires = "watch")]
+    pub tensorboard: Option<PathBuf>,
     /// Op-level capture (every torch call, cuts located to the line) of every observed step,
     /// not only the first.
     #[arg(long)]
@@ -197,6 +205,13 @@ fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) {
         );
     if args.deep {
         cmd.env("GRADSLEUTH_DEEP", "1");
+    }
+    if args.watch {
+        cmd.env("GRADSLEUTH_WATCH", "1");
+    }
+    if let Some(dir) = &args.tensorboard {
+        let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        cmd.env("GRADSLEUTH_TENSORBOARD", abs);
     }
     if args.python.is_some() {
         // Another interpreter may not have gradsleuth installed: lend it ours.

@@ -1,0 +1,609 @@
+"""`gradsleuth.watch` / `gradsleuth run --watch`: gradient health for a whole run.
+
+What torch demands from Python, and nothing more: optimizer step hooks that compute the norms
+with one fused `torch._foreach_norm` on the tensors' own device (grads every step, updates every
+`update_every` steps) and hand plain floats to the Rust `Watcher` (aggregation, detectors,
+TensorBoard, the record); forward hooks on the watched models that keep what re-running a step
+needs (its inputs by reference, the RNG state, the gradient arriving at the output); and the
+re-run itself, when a gradient first turns NaN/Inf, under a `TorchFunctionMode` that checks
+every op's output and hooks every backward node.
+
+The re-run happens in the optimizer's pre-step hook, before the weights change: the same
+inputs, the same weights, the same RNG state (restored after), buffers (BatchNorm statistics)
+saved and restored, gradients computed with `torch.autograd.grad` so `.grad` is not touched:
+the user's training continues exactly as it would have.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+import weakref
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from gradsleuth._tracer import site_of
+
+
+def _flat_tensors(obj, out=None):
+    out = [] if out is None else out
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            _flat_tensors(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _flat_tensors(x, out)
+    return out
+
+
+def _local(t):
+    """An FSDP2 DTensor's local shard (norms must not trigger collectives)."""
+    return getattr(t, "_local_tensor", t)
+
+
+def _stats(t) -> dict:
+    t = _local(t).detach()
+    d = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
+        return d
+    f = t.float()
+    finite = torch.isfinite(f)
+    d["nan"] = int(torch.isnan(f).sum())
+    d["inf"] = int(torch.isinf(f).sum())
+    d["zeros"] = int((f == 0).sum())
+    if bool(finite.any()):
+        v = f[finite]
+        d["min"], d["max"], d["mean"] = float(v.min()), float(v.max()), float(v.mean())
+    return d
+
+
+def _finite(t) -> bool:
+    t = _local(t)
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        return True
+    # One reduction, no boolean copy: a NaN or Inf anywhere makes the sum non-finite. Only a
+    # non-finite sum (or an overflowing one) pays for the exact check.
+    if math.isfinite(float(t.detach().sum(dtype=torch.float64))):
+        return True
+    return bool(torch.isfinite(t).all())
+
+
+def _op_name(func) -> str:
+    name = getattr(func, "__name__", None) or repr(func)
+    owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
+    if owner is torch.Tensor or getattr(owner, "__name__", "") == "TensorBase":
+        return f"Tensor.{name}"
+    mod = getattr(func, "__module__", None) or "torch"
+    if mod.startswith("torch.nn.functional"):
+        return f"F.{name}"
+    return f"torch.{name}" if mod.startswith("torch") else f"{mod}.{name}"
+
+
+class _NanMode(TorchFunctionMode):
+    """During a re-run: for every autograd node an op made, that op and its line; and every
+    op's inputs and outputs, kept (by reference, for the re-run only) so that the first op
+    whose output is non-finite can be found afterwards, without checking any op when the
+    forward turns out finite (the usual case: the NaN starts in backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.nodes = {}  # grad_fn -> (op, site)
+        self.ops = []  # (func, site, inputs, outputs)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        outs = _flat_tensors(out)
+        if not outs:
+            return out
+        site = site_of(sys._getframe(1))
+        self.ops.append((func, site, (args, kwargs), outs))
+        entry = None
+        for t in outs:
+            gf = t.grad_fn
+            if gf is not None and gf not in self.nodes:
+                entry = entry or (_op_name(func), site)
+                self.nodes[gf] = entry
+        return out
+
+    def first_nonfinite(self):
+        """(op, site, input stats) of the first op that made a NaN from inputs without one; if
+        no op made a NaN, the first that made an Inf from finite inputs. (An intentional
+        `masked_fill(mask, -inf)` makes Infs; the softmax of a row of them makes the NaN.)"""
+        for bad in (_has_nan, lambda t: not _finite(t)):
+            for func, site, inputs, outs in self.ops:
+                if any(bad(t) for t in outs):
+                    ins = _flat_tensors(inputs)
+                    if not any(bad(t) for t in ins):
+                        return _op_name(func), site, [_stats(t) for t in ins if t.is_floating_point()][:6]
+        return None
+
+    def singular(self, reachable):
+        """The last op (in forward order, so the first to run in backward) whose derivative is
+        infinite at its inputs, among those whose node the gradient reaches: (op, site, node
+        name, why, input stats)."""
+        for func, site, inputs, outs in reversed(self.ops):
+            node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
+            if node is None or node not in reachable:
+                continue
+            why = _singular_at(_op_name(func), _flat_tensors(inputs), inputs)
+            if why:
+                ins = _flat_tensors(inputs)
+                return (
+                    _op_name(func),
+                    site,
+                    type(node).__name__,
+                    why,
+                    [_stats(t) for t in ins if t.is_floating_point()][:6],
+                )
+        return None
+
+
+def _has_nan(t) -> bool:
+    t = _local(t)
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        return False
+    if not math.isnan(float(t.detach().sum(dtype=torch.float64))):
+        return False  # any NaN would make the sum NaN
+    return bool(torch.isnan(t).any())
+
+
+def _count(mask) -> int:
+    return int(mask.sum())
+
+
+def _singular_at(name: str, tensors, inputs) -> str | None:
+    """Why the derivative of `name` is infinite (or 0/0) at these inputs, or None. The ops whose
+    backward divides by their input or output: the usual origins of a NaN that the forward does
+    not show."""
+    short = name.rsplit(".", 1)[-1]
+    x = tensors[0].detach() if tensors and tensors[0].is_floating_point() else None
+    if x is None:
+        return None
+    if short in ("sqrt", "rsqrt") and (n := _count(x == 0)):
+        return f"{n} input value(s) are exactly 0, where the derivative of {short} is infinite"
+    if short in ("pow", "__pow__", "float_power"):
+        args = inputs[0] if isinstance(inputs, tuple) else ()
+        e = args[1] if len(args) > 1 else None
+        if isinstance(e, (int, float)) and 0 < e < 1 and (n := _count(x == 0)):
+            return f"{n} input value(s) are exactly 0, where the derivative of x**{e} is infinite"
+    if short in ("acos", "asin") and (n := _count(x.abs() == 1)):
+        return f"{n} input value(s) are exactly ±1, where the derivative of {short} is infinite"
+    if short == "atan2" and len(tensors) > 1 and (n := _count((x == 0) & (tensors[1].detach() == 0))):
+        return f"{n} point(s) are (0, 0), where the derivative of atan2 is 0/0"
+    if short in ("cdist",) and len(tensors) > 1:
+        return None
+    return None
+
+
+class _Found(Exception):
+    """Raised from a backward hook to stop the re-run's backward at the culprit."""
+
+
+def _loc(site):
+    if not site or not site[0]:
+        return None
+    return {"file": site[0], "line": site[1] or 1, "function": site[2]}
+
+
+class Watch:
+    """Monitors gradient health on every optimizer step of a run (see the module doc).
+
+    `models`: the models whose parameters are named (and whose steps can be re-run to trace a
+    NaN); `optimizers`: those watched (default: every optimizer that steps, through torch's
+    global optimizer hooks).
+    """
+
+    def __init__(
+        self,
+        models=(),
+        optimizers=(),
+        *,
+        log_dir=None,
+        thresholds=None,
+        status=None,
+        roots=None,
+    ):
+        from gradsleuth._core import Watcher
+
+        self._Watcher = Watcher
+        self._models = [weakref.ref(m) for m in models]
+        self._roots_fn = roots  # a callable giving models, for `run --watch`
+        self._optimizers = list(optimizers)
+        self._log_dir = str(log_dir) if log_dir is not None else None
+        self._thresholds = json.dumps(thresholds) if thresholds else None
+        self._status = sys.stderr.isatty() if status is None else status
+        self._last_status = 0.0
+        self._watchers = {}  # id(opt) -> (Watcher, params, names)
+        self._opt_refs = {}
+        self._before = {}
+        self._handles = []
+        self._patched = []
+        self._forward_state = {}  # id(model) -> dict(inputs, rng, outs, grads)
+        self._replaying = False
+        self.localized = None
+        self.closed = False
+        self.tracer = None  # the run's tracer, paused during a re-run
+
+    # ---- set-up ----------------------------------------------------------------------
+    def start(self):
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        if self._optimizers:
+            for o in self._optimizers:
+                self._handles.append(o.register_step_pre_hook(self._pre))
+                self._handles.append(o.register_step_post_hook(self._post))
+        else:
+            self._handles.append(register_optimizer_step_pre_hook(self._pre))
+            self._handles.append(register_optimizer_step_post_hook(self._post))
+        for ref in self._models:
+            m = ref()
+            if m is not None:
+                self._hook_model(m)
+        self._patch_scaler()
+        return self
+
+    def _hook_model(self, m):
+        key = id(m)
+        if key in self._forward_state:
+            return
+        self._forward_state[key] = {"model": weakref.ref(m)}
+        self._handles.append(m.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+        self._handles.append(m.register_forward_hook(self._fwd_post))
+
+    def _patch_scaler(self):
+        try:
+            from torch.amp import GradScaler
+        except ImportError:  # pragma: no cover - old torch
+            return
+        original = GradScaler.step
+        watch = self
+
+        def step(scaler, optimizer, *args, **kwargs):
+            result = original(scaler, optimizer, *args, **kwargs)
+            try:
+                state = scaler._per_optimizer_states[id(optimizer)]
+                skipped = bool(sum(v.item() for v in state["found_inf_per_device"].values()))
+                w = watch._watchers.get(id(optimizer))
+                if w is None:
+                    w = watch._watcher_for(optimizer)
+                w[0].scaler(skipped)
+            except Exception:  # noqa: BLE001 - never break the user's step
+                pass
+            return result
+
+        step.__qualname__ = original.__qualname__
+        GradScaler.step = step
+        self._patched.append((GradScaler, "step", original))
+
+    def close(self):
+        """Removes every hook; the record stays available for `report()`."""
+        if self.closed:
+            return
+        self.closed = True
+        for h in self._handles:
+            try:
+                h.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        self._handles.clear()
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched.clear()
+        self._forward_state.clear()
+        self._before.clear()
+        if self._status:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ---- naming ----------------------------------------------------------------------
+    def _models_now(self):
+        models = [r() for r in self._models]
+        if self._roots_fn is not None:
+            try:
+                models += list(self._roots_fn())
+            except Exception:  # noqa: BLE001
+                pass
+        return [m for m in models if m is not None]
+
+    def _watcher_for(self, opt):
+        entry = self._watchers.get(id(opt))
+        if entry is not None:
+            return entry
+        names = {}
+        models = self._models_now()
+        for i, m in enumerate(models):
+            prefix = f"{i}:" if len(models) > 1 else ""
+            for n, p in m.named_parameters():
+                names.setdefault(id(p), prefix + n)
+            self._hook_model(m)
+        params = [p for g in opt.param_groups for p in g["params"]]
+        labels = []
+        for j, p in enumerate(params):
+            n = names.get(id(p), f"{type(opt).__name__}.param{j}")
+            labels.append((n, n.rpartition(".")[0]))
+        w = self._Watcher(labels, self._thresholds)
+        if self._log_dir and not self._watchers:  # the first optimizer's numbers go to TensorBoard
+            try:
+                w.tensorboard(self._log_dir)
+            except OSError as e:
+                print(f"gradsleuth watch: {e}", file=sys.stderr)
+        entry = (w, params, [x[0] for x in labels])
+        self._watchers[id(opt)] = entry
+        self._opt_refs[id(opt)] = weakref.ref(opt)
+        return entry
+
+    # ---- per step ----------------------------------------------------------------------
+    def _pre(self, opt, args, kwargs):
+        if self.closed or self._replaying:
+            return None
+        try:
+            w, params, names = self._watcher_for(opt)
+            idx, grads = [], []
+            for i, p in enumerate(params):
+                if p.grad is not None:
+                    idx.append(i)
+                    grads.append(_local(p.grad))
+            norms = [None] * len(params)
+            if grads:
+                ns = torch._foreach_norm(grads)
+                vals = torch.stack([n.float() for n in ns]).tolist() if _same_device(ns) else [float(n) for n in ns]
+                for i, v in zip(idx, vals):
+                    norms[i] = v
+            first, _new = w.grads(norms)
+            if (w.steps % w.update_every) == 0:
+                self._before[id(opt)] = [_local(p).detach().clone() for p in params]
+            if first:
+                self._localize(opt, [names[i] for i in first], w)
+            self._show_status(w)
+        except Exception as e:  # noqa: BLE001 - never break the user's step
+            print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+    def _post(self, opt, args, kwargs):
+        before = self._before.pop(id(opt), None)
+        if before is None or self.closed:
+            return
+        try:
+            w, params, _ = self._watchers[id(opt)]
+            after = [_local(p).detach() for p in params]
+            deltas = torch._foreach_sub(after, before)
+            dn = torch._foreach_norm(deltas)
+            wn = torch._foreach_norm(after)
+            both = dn + wn
+            vals = torch.stack([n.float() for n in both]).tolist() if _same_device(both) else [float(n) for n in both]
+            k = len(params)
+            ratios = [(d / n) if n > 0 else None for d, n in zip(vals[:k], vals[k:])]
+            w.updates(ratios)
+        except Exception as e:  # noqa: BLE001
+            print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def _show_status(self, w):
+        if not self._status:
+            return
+        now = time.monotonic()
+        if now - self._last_status < 0.5:
+            return
+        self._last_status = now
+        line = " · ".join(x[0].status_line() for x in self._watchers.values())
+        sys.stderr.write("\r\x1b[2K" + line)
+        sys.stderr.flush()
+
+    # ---- what a re-run needs -------------------------------------------------------------
+    def _fwd_pre(self, module, args, kwargs):
+        if self._replaying or self.closed:
+            return None
+        st = self._forward_state.get(id(module))
+        if st is None or not torch.is_grad_enabled():
+            return None
+        st["inputs"] = (args, kwargs)
+        st["rng"] = torch.get_rng_state()
+        st["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        st["grads"] = {}
+        st["outs"] = None
+        return None
+
+    def _fwd_post(self, module, args, output):
+        if self._replaying or self.closed:
+            return None
+        st = self._forward_state.get(id(module))
+        if st is None or "inputs" not in st or not torch.is_grad_enabled():
+            return None
+        outs = [t for t in _flat_tensors(output) if t.requires_grad]
+        st["outs"] = len(outs)
+        grads = st["grads"]
+        for i, t in enumerate(outs):
+
+            def keep(g, i=i):
+                grads[i] = g
+
+            t.register_hook(keep)
+        return None
+
+    # ---- NaN to the line ---------------------------------------------------------------------
+    def _localize(self, opt, names, w):
+        step = w.steps
+        trace = {"step": step, "params": names, "method": "replay", "notes": []}
+        try:
+            self._replay(opt, trace)
+        except Exception as e:  # noqa: BLE001 - a failed re-run must not break training
+            trace["notes"].append(f"re-run failed: {type(e).__name__}: {e}")
+        self.localized = trace
+        w.set_nan(json.dumps(trace))
+
+    def _replay(self, opt, trace):
+        params = {id(p) for g in opt.param_groups for p in g["params"]}
+        model = st = None
+        for s in self._forward_state.values():
+            m = s["model"]()
+            if m is not None and "inputs" in s and any(id(p) in params for p in m.parameters()):
+                model, st = m, s
+                break
+        if model is None:
+            trace["notes"].append("no watched model owns these parameters (pass the model to watch())")
+            return
+        if st.get("outs") is None or len(st["grads"]) < (st["outs"] or 0) or not st["grads"]:
+            trace["notes"].append("the model's output got no gradient this step")
+            return
+        out_grads = [st["grads"][i] for i in sorted(st["grads"])]
+        grads_finite = all(_finite(g) for g in out_grads)
+        args, kwargs = st["inputs"]
+        saved_rng = torch.get_rng_state()
+        saved_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        tracer_active = self.tracer is not None and self.tracer.active
+        if tracer_active:
+            self.tracer.active = False
+        self._replaying = True
+        mode = _NanMode()
+        hooks = []
+        found = {}
+        try:
+            torch.set_rng_state(st["rng"])
+            if st.get("cuda_rng") is not None:
+                torch.cuda.set_rng_state_all(st["cuda_rng"])
+            with torch.enable_grad(), mode:
+                out = model(*args, **kwargs)
+            with torch.no_grad():
+                for b, copy in buffers:
+                    b.copy_(copy)
+            torch.set_rng_state(saved_rng)
+            if saved_cuda is not None:
+                torch.cuda.set_rng_state_all(saved_cuda)
+            if not all(_finite(t) for t in _flat_tensors(out)):
+                # The forward itself went non-finite: that op is the origin; every backward node
+                # after it only carries the NaN along.
+                first = mode.first_nonfinite()
+                mode.ops.clear()
+                if first is not None:
+                    op, site, inputs = first
+                    trace["forward_op"], trace["forward_at"], trace["forward_inputs"] = op, _loc(site), inputs
+                else:
+                    trace["notes"].append("the forward output is non-finite, but no op made it from finite inputs")
+                return
+            if not grads_finite:
+                # A finite output got a non-finite gradient: the loss code (outside the model) made it.
+                mode.ops.clear()
+                trace["from_loss"] = True
+                return
+            outs = [t for t in _flat_tensors(out) if t.requires_grad]
+            pairs = [(t, g) for t, g in zip(outs, out_grads) if g is not None]
+            if not pairs:
+                trace["notes"].append("the re-run produced no output needing a gradient")
+                return
+            # Every backward node reachable from the outputs, each with the op that made it
+            # (nodes inside a composite op inherit it from the node above them).
+            origin = dict(mode.nodes)
+            todo = [t.grad_fn for t, _ in pairs if t.grad_fn is not None]
+            seen = set()
+            while todo:
+                node = todo.pop()
+                if node is None or node in seen:
+                    continue
+                seen.add(node)
+                for nxt, _ in node.next_functions:
+                    if nxt is not None and nxt not in origin:
+                        origin[nxt] = origin.get(node, ("?", None))
+                    todo.append(nxt)
+
+            # Most NaNs born in backward come from an op whose derivative is infinite where it
+            # was evaluated (sqrt at 0, x**0.5 at 0, acos at ±1): found from the forward values
+            # alone, without running backward.
+            hit = mode.singular(seen)
+            mode.ops.clear()
+            if hit is not None:
+                op, site, node_name, why, inputs = hit
+                trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
+                trace["forward_inputs"] = inputs
+                trace["method"] = "replay (forward values)"
+                trace["notes"].append(why)
+                return
+
+            def check(grad_inputs, grad_outputs, node=None):
+                # Nodes run in order: the first one whose result is non-finite had finite inputs
+                # (they are earlier nodes' results, or the output gradients, checked finite).
+                if found:
+                    return
+                if not all(_finite(g) for g in grad_inputs if g is not None):
+                    found["node"] = type(node).__name__
+                    found["origin"] = origin.get(node, ("?", None))
+                    raise _Found
+
+            for node in seen:
+                if type(node).__name__ == "AccumulateGrad":
+                    continue
+                hooks.append(node.register_hook(lambda gi, go, node=node: check(gi, go, node)))
+            leaves = [p for p in model.parameters() if p.requires_grad]
+            try:
+                torch.autograd.grad(
+                    [t for t, _ in pairs], leaves, grad_outputs=[g for _, g in pairs], allow_unused=True
+                )
+            except _Found:
+                pass  # stopped at the culprit: the rest of backward is not needed
+            except RuntimeError as e:
+                if not found:
+                    raise
+                del e
+            if found:
+                op, site = found["origin"]
+                trace["backward_node"], trace["backward_op"], trace["backward_at"] = found["node"], op, _loc(site)
+            elif not trace.get("from_loss"):
+                trace["notes"].append("no backward node of the model made the non-finite gradient")
+        finally:
+            for h in hooks:
+                h.remove()
+            self._replaying = False
+            if tracer_active:
+                self.tracer.active = True
+            torch.set_rng_state(saved_rng)
+            if saved_cuda is not None:
+                torch.cuda.set_rng_state_all(saved_cuda)
+
+    # ---- results -------------------------------------------------------------------------
+    def watchers(self):
+        return [e[0] for e in self._watchers.values()]
+
+    def report(self):
+        """The diagnosis of the run so far (a `gradsleuth.Report`, command `watch`)."""
+        from gradsleuth._core import Recorder
+        from gradsleuth.api import Report
+
+        rec = Recorder("watch", 0)
+        self.attach(rec)
+        return Report(rec.report_json(), rec.to_json())
+
+    def attach(self, rec):
+        ws = self.watchers()
+        if ws:
+            rec.set_watch(ws)
+
+
+def _same_device(tensors) -> bool:
+    return len({t.device for t in tensors}) <= 1
+
+
+def watch(model=None, optimizer=None, *, log_dir=None, thresholds=None, status=None) -> Watch:
+    """Watches gradient health on every optimizer step until `.close()` (or the `with` block
+    ends): per-parameter gradient norms every step, update-to-weight ratios every
+    `update_every` steps, anomalies detected as they happen, the first NaN/Inf gradient traced
+    to its op and line. `report()` gives the diagnosis; `log_dir` writes TensorBoard events.
+
+        w = gradsleuth.watch(model, optimizer, log_dir="runs/gs")
+        train()
+        print(w.report())
+    """
+    models = [] if model is None else (list(model) if isinstance(model, (list, tuple)) else [model])
+    opts = [] if optimizer is None else (list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer])
+    return Watch(models, opts, log_dir=log_dir, thresholds=thresholds, status=status).start()

@@ -201,3 +201,47 @@ def test_watch_report_renders_as_text(tmp_path):
     assert "error[GS140] nan" in proc.stdout
     assert "SqrtBackward0" in proc.stdout
     assert Path(WATCH / "prototype_nan.py").exists()
+
+
+def test_html_report_draws_the_gradient_flow_over_the_run(tmp_path):
+    from html.parser import HTMLParser
+
+    out = tmp_path / "watch.html"
+    run_gradsleuth("run", "--watch", "--format", "html", "--out", out, "outlier_batch_explode.py", cwd=WATCH)
+    page = out.read_text()
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append((tag, dict(attrs)))
+
+    c = Collect()
+    c.feed(page)
+    svgs = [a.get("id") for t, a in c.tags if t == "svg"]
+    assert svgs == ["grad-flow", "update-ratio"]
+    layers = {a["data-layer"] for t, a in c.tags if t == "polyline" and a.get("class") == "layer"}
+    assert layers == {"0", "2", "4"}
+    codes = {a["data-code"] for t, a in c.tags if t == "div" and "data-code" in a}
+    assert codes == {"GS141"}
+    assert any(t == "table" and a.get("id") == "params" for t, a in c.tags)
+    assert "http://" not in page and "https://" not in page  # works offline
+
+
+def test_the_live_status_line(capsys):
+    import torch
+    import torch.nn as nn
+
+    import gradsleuth
+
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradsleuth.watch(model, opt, status=True):
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            opt.step()
+    err = capsys.readouterr().err
+    assert "gradsleuth watch · step 1 · no anomalies" in err

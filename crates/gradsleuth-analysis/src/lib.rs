@@ -88,11 +88,20 @@ pub fn analyze(capture: &Capture) -> Report {
             report.parameters = watch_rows(w);
         } else {
             // The first steps looked fine; the whole run decides the status.
-            let later: std::collections::HashMap<&str, gradsleuth_model::ParamStatus> = watch_rows(w)
-                .into_iter()
-                .filter(|r| r.status != gradsleuth_model::ParamStatus::Learning)
-                .map(|r| (w.params.iter().find(|p| p.name == r.name).map_or("", |p| p.name.as_str()), r.status))
-                .collect();
+            let later: std::collections::HashMap<&str, gradsleuth_model::ParamStatus> =
+                watch_rows(w)
+                    .into_iter()
+                    .filter(|r| r.status != gradsleuth_model::ParamStatus::Learning)
+                    .map(|r| {
+                        (
+                            w.params
+                                .iter()
+                                .find(|p| p.name == r.name)
+                                .map_or("", |p| p.name.as_str()),
+                            r.status,
+                        )
+                    })
+                    .collect();
             for row in &mut report.parameters {
                 if let Some(s) = later.get(row.name.as_str()) {
                     row.status = *s;

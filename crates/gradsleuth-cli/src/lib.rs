@@ -46,6 +46,8 @@ pub enum Format {
     Sarif,
     /// GitHub Actions annotations (`::error file=...`).
     Github,
+    /// One self-contained HTML page (with `--watch`: the gradient-flow charts).
+    Html,
 }
 
 impl Format {
@@ -55,6 +57,7 @@ impl Format {
             Format::Json => "json",
             Format::Sarif => "sarif",
             Format::Github => "github",
+            Format::Html => "html",
         }
     }
 }
@@ -104,7 +107,18 @@ impl Output {
         report: &Report,
         rules: &[gradsleuth_render::RuleInfo],
     ) -> Result<i32, CliError> {
+        self.emit_full(report, rules, None)
+    }
+
+    /// As [`Output::emit`], with what the HTML page draws beyond the report.
+    pub fn emit_full(
+        &self,
+        report: &Report,
+        rules: &[gradsleuth_render::RuleInfo],
+        watch: Option<&gradsleuth_model::capture::WatchRec>,
+    ) -> Result<i32, CliError> {
         let text = match self.format {
+            Format::Html => gradsleuth_render::html(report, watch),
             Format::Json => gradsleuth_render::json(report),
             Format::Sarif => gradsleuth_render::sarif(report, rules),
             Format::Github => gradsleuth_render::github(report),

@@ -7,8 +7,11 @@
 //!   ([`TextOptions::color`]); the CLI decides from the TTY and `NO_COLOR`.
 //! * [`json`]: the schema's JSON, pretty-printed.
 //! * [`sarif`]: SARIF 2.1.0 for code scanning; [`github`]: GitHub Actions annotations.
+//! * [`html`]: one self-contained page (findings, parameter table, `watch`'s charts).
 
+mod html;
 mod sarif;
+pub use html::{escape as html_escape, html};
 pub use sarif::{github, sarif, RuleInfo};
 
 use std::fmt::Write;

@@ -250,8 +250,7 @@ impl Monitor {
             .sum::<f64>()
             .sqrt();
         tb.push(("grad_norm/total".into(), total as f32));
-        for li in 0..self.layers.len() {
-            let v = layer_norms[li];
+        for (li, &v) in layer_norms.iter().enumerate() {
             let name = self.layers[li].name.clone();
             self.layers[li].history.push(step, v);
             if step % 10 == 1 || step <= 10 {

@@ -75,7 +75,7 @@ pub fn run(args: ReportArgs) -> Result<i32, CliError> {
     if let [one] = files.as_slice() {
         let capture = load(one)?;
         let report = gradsleuth_analysis::analyze(&capture);
-        return args.output.emit(&report);
+        return args.output.emit_full(&report, &[], capture.watch.as_ref());
     }
     args.output.emit(&merge_files(&files, Merger::new(0))?)
 }

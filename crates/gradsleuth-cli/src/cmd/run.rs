@@ -191,7 +191,9 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
         capture.target.script = Some(target);
     }
     let report = gradsleuth_analysis::analyze(&capture);
-    let code = args.output.emit(&report)?;
+    let code = args
+        .output
+        .emit_full(&report, &[], capture.watch.as_ref())?;
     Ok(if script_code != 0 { script_code } else { code })
 }
 

@@ -57,7 +57,11 @@ mod tests {
         });
         let f = s.run(&CHECK);
         assert_eq!(f[0].severity, gradsleuth_model::Severity::Error);
-        assert!(f[0].message.starts_with("`fc` (Linear) is dead"), "{}", f[0].message);
+        assert!(
+            f[0].message.starts_with("`fc` (Linear) is dead"),
+            "{}",
+            f[0].message
+        );
         s.capture.watch = None;
         assert!(s.run(&CHECK).is_empty());
     }

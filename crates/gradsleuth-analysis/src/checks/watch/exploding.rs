@@ -66,7 +66,12 @@ mod tests {
         let f = s.run(&CHECK);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].params, vec!["fc.weight"]);
-        assert!(f[0].message.contains("`fc` (Linear) exploded at steps 40-42"), "{}", f[0].message);
+        assert!(
+            f[0].message
+                .contains("`fc` (Linear) exploded at steps 40-42"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

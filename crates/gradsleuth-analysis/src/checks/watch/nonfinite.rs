@@ -49,7 +49,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
     );
     let mut f = Finding::new(CHECK.code, CHECK.category, Severity::Error, String::new());
     f.params = e.names.clone();
-    super::claim_names(ctx, &w.params.iter().filter(|p| p.first_nonfinite_step.is_some()).map(|p| p.name.clone()).collect::<Vec<_>>());
+    super::claim_names(
+        ctx,
+        &w.params
+            .iter()
+            .filter(|p| p.first_nonfinite_step.is_some())
+            .map(|p| p.name.clone())
+            .collect::<Vec<_>>(),
+    );
     f.steps = vec![e.step as u32];
     match &w.nan {
         Some(t) => {

@@ -8,6 +8,9 @@ STAMP_BUILD := $(VENV)/.build-stamp
 # Real code nobody here wrote, for lint's accuracy test: torchvision's sources (not installed).
 TORCHVISION := torchvision==0.29.2
 STAMP_TV := .cache/wheels/.torchvision-stamp
+# Browser tests of the HTML report: Debian's Chromium (apt, as root or through sudo).
+STAMP_CHROMIUM := .cache/.chromium-stamp
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.toml' -o -name '*.py' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
 .PHONY: demo test build bench lint fmt clean
@@ -26,6 +29,11 @@ $(STAMP_BUILD): $(STAMP_DEPS) $(RUST_SRC)
 
 build: $(STAMP_BUILD)
 
+$(STAMP_CHROMIUM):
+	@mkdir -p .cache
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium)
+	touch $@
+
 $(STAMP_TV): | $(VPY)
 	$(VPY) -m pip download -q --disable-pip-version-check --no-deps -d .cache/wheels $(TORCHVISION)
 	touch $@
@@ -33,11 +41,17 @@ $(STAMP_TV): | $(VPY)
 demo: build
 	$(VENV)/bin/gradsleuth demo
 
-test: build $(STAMP_TV)
+test: build $(STAMP_TV) $(STAMP_CHROMIUM)
 	cargo test --workspace -q
 	$(VPY) -m pytest -q tests
 
-bench: build
+STAMP_DOT := .cache/.graphviz-stamp
+$(STAMP_DOT):
+	@mkdir -p .cache
+	command -v dot >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q graphviz)
+	touch $@
+
+bench: build $(STAMP_DOT) $(STAMP_CHROMIUM)
 	$(VPY) bench/run.py
 
 lint: build

@@ -21,6 +21,7 @@ lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,
 from __future__ import annotations
 
 import gc
+import json
 import statistics
 import sys
 import time
@@ -438,6 +439,132 @@ def _steady_costs(make, batch, loss_fn, n=20):
     return out
 
 
+def bench_graph(blocks=8000, dot_timeout=120):
+    """A ~100,000-node autograd graph: gradsleuth's HTML report (graph snapshot in Rust, layout
+    and SVG in Rust) beside torchviz.make_dot + `dot -Tsvg` on the same graph; then the page
+    opened in headless Chromium."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from gradsleuth._core import Recorder
+    from gradsleuth.api import Report
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.norm = nn.LayerNorm(d)
+            self.ff = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
+
+        def forward(self, x):
+            return x + self.ff(self.norm(x))
+
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(8, 8)
+            self.blocks = nn.ModuleList([Block(8) for _ in range(blocks)])
+            self.head = nn.Linear(8, 1)
+
+        def forward(self, x):
+            h = self.embed(x)
+            for b in self.blocks:
+                h = b(h)
+            return self.head(h)
+
+    torch.manual_seed(0)
+    model = Deep()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    rec = Recorder("diagnose", 1)
+    tracer = Tracer(rec, 1).start()
+    loss = model(torch.randn(2, 8)).pow(2).mean()
+    opt.zero_grad()
+    t_render = None
+    # torchviz walks the same live graph first (backward frees its saved tensors).
+    # make_dot recurses once per node: give it the stack a 100k-deep recursion needs.
+    import threading
+
+    from torchviz import make_dot
+
+    box = {}
+
+    def draw():
+        sys.setrecursionlimit(1_000_000)
+        t0 = time.perf_counter()
+        try:
+            box["src"] = make_dot(loss, params=dict(model.named_parameters())).source
+        except RecursionError as e:
+            box["error"] = repr(e)
+        box["t"] = time.perf_counter() - t0
+
+    threading.stack_size(1 << 30)
+    worker = threading.Thread(target=draw)
+    worker.start()
+    worker.join()
+    threading.stack_size(0)
+    src, t_make_dot = box.get("src", "digraph {}"), box["t"]
+    loss.backward()
+    opt.step()
+    tracer.finish()
+    nodes = len(json.loads(rec.to_json()).get("graph", {}).get("nodes", []))
+    t0 = time.perf_counter()
+    report = Report(rec.report_json(), rec.to_json())
+    page = report.render("html")
+    t_render = time.perf_counter() - t0
+    ours = getattr(tracer, "graph_seconds", 0.0) + t_render
+    with tempfile.TemporaryDirectory() as d:
+        dot_file = os.path.join(d, "g.dot")
+        with open(dot_file, "w") as f:
+            f.write(src)
+        t0 = time.perf_counter()
+        try:
+            subprocess.run(["dot", "-Tsvg", "-o", os.path.join(d, "g.svg"), dot_file], timeout=dot_timeout, check=True)
+            t_dot = time.perf_counter() - t0
+        except subprocess.TimeoutExpired:
+            t_dot = None
+        html = os.path.join(d, "report.html")
+        with open(html, "w") as f:
+            f.write(
+                page.replace(
+                    "</body>",
+                    "<script>addEventListener('load',()=>{document.body.dataset.loaded=performance.now()})</script></body>",
+                )
+            )
+        chromium = shutil.which("chromium")
+        opened = None
+        if chromium:
+            proc = subprocess.run(
+                [
+                    chromium,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    f"--user-data-dir={d}/profile",
+                    "--dump-dom",
+                    "file://" + html,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            import re
+
+            m = re.search(r'data-loaded="([\d.]+)"', proc.stdout)
+            opened = float(m.group(1)) / 1e3 if m else None
+    print(f"\n## autograd graph of {nodes:,} nodes: HTML report vs torchviz + dot (seconds)")
+    print(f"{'gradsleuth (snapshot + analysis + layout + HTML)':52}{ours:9.2f}   page {len(page) / 1e3:.0f} kB")
+    dot_text = f"{t_dot:9.2f}" if t_dot is not None else f"  timed out after {dot_timeout} s"
+    total = t_make_dot + (t_dot if t_dot is not None else dot_timeout)
+    print(f"{'torchviz.make_dot':52}{t_make_dot:9.2f}")
+    print(f"{'dot -Tsvg':52}{dot_text}")
+    print(f"torchviz + dot / gradsleuth: {'>' if t_dot is None else ''}{total / ours:.0f}x (goal >= 20x)")
+    if opened is not None:
+        print(f"page load in headless Chromium: {opened:.2f} s (goal < 2 s)")
+
+
 def bench_explain(size_mb=100, repeats=5):
     """`gradsleuth explain` on a 100 MB torchrun-style log (streamed) and on a 2 KB traceback,
     through the installed command and through the Rust binary alone."""
@@ -684,7 +811,7 @@ def bench_merge(ranks=1000):
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "watch", "explain", "merge", "lint"]
+    which = sys.argv[1:] or ["walk", "step", "op", "watch", "graph", "explain", "merge", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -696,6 +823,8 @@ if __name__ == "__main__":
         bench_op()
     if "watch" in which:
         bench_watch()
+    if "graph" in which:
+        bench_graph()
     if "explain" in which:
         bench_explain()
     if "merge" in which:

@@ -113,13 +113,14 @@ def _bits(t):
 def _train(watched: bool, nan_at: int = 12, steps: int = 20):
     """BatchNorm + dropout + a sqrt whose backward turns NaN at `nan_at`: the re-run that traces
     the NaN must restore RNG and buffers so training is bit-identical."""
+    import gradsleuth
     import torch
     import torch.nn as nn
 
-    import gradsleuth
-
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 16, bias=False), nn.BatchNorm1d(16), nn.Dropout(0.3), nn.Linear(16, 6, bias=False))
+    model = nn.Sequential(
+        nn.Linear(6, 16, bias=False), nn.BatchNorm1d(16), nn.Dropout(0.3), nn.Linear(16, 6, bias=False)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     w = gradsleuth.watch(model, opt, status=False) if watched else None
     g = torch.Generator().manual_seed(5)
@@ -157,10 +158,9 @@ def test_watch_leaves_training_bit_identical_even_when_it_re_runs_a_step():
 
 
 def test_gan_with_two_optimizers_and_a_scaler_storm():
+    import gradsleuth
     import torch
     import torch.nn as nn
-
-    import gradsleuth
 
     torch.manual_seed(0)
     G, D = nn.Linear(4, 8), nn.Linear(8, 1)
@@ -231,10 +231,9 @@ def test_html_report_draws_the_gradient_flow_over_the_run(tmp_path):
 
 
 def test_the_live_status_line(capsys):
+    import gradsleuth
     import torch
     import torch.nn as nn
-
-    import gradsleuth
 
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 import weakref
 
 import torch
@@ -372,6 +373,8 @@ class Tracer:
                 self._orphan(module, key)
             self._depth += 1
             self._module_stack.append(key)
+            if self._oplog is not None:
+                self._oplog.set_module(key)
             if self._last_call.get(key) != self._root_call:
                 first_run = key not in self._last_call
                 self._last_call[key] = self._root_call
@@ -386,6 +389,11 @@ class Tracer:
         if self._depth > 0 and self._module_stack:
             self._depth -= 1
             self._module_stack.pop()
+            if self._oplog is not None:
+                try:
+                    self._oplog.set_module(self._module_stack[-1] if self._module_stack else None)
+                except Exception:  # noqa: BLE001 - never break the user's forward
+                    pass
         return None
 
     def _orphan(self, module, key):
@@ -888,6 +896,13 @@ class Tracer:
                 self._oplog.loss(loss)
             except Exception as e:  # noqa: BLE001
                 self.rec.note(f"op-level loss: {e}")
+            try:
+                t0 = time.perf_counter()
+                keys = {i: k for i, k in self._keys.items() if k in self._hooked}
+                self._oplog.graph(self.rec, loss, keys)
+                self.graph_seconds = time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001
+                self.rec.note(f"graph snapshot: {e}")
 
     def _backward_failed(self, e, site=(None, None, None)):
         self.rec.backward_end([], f"{type(e).__name__}: {e}")

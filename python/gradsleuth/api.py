@@ -60,9 +60,14 @@ class Report:
             f.write(self._capture)
 
     def render(self, format: str = "text", color: bool = False, all_params: bool = False) -> str:
+        """`text`, `json`, `html` (one self-contained page) or `dot` (Graphviz)."""
         from gradsleuth._core import render
 
-        return render(self._json, format, color, all_params)
+        return render(self._json, format, color, all_params, self._capture)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the HTML report."""
+        return self.render("html")
 
     def __str__(self) -> str:
         return self.render()

@@ -18,7 +18,7 @@ model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 1))
 model.apply(init)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 g = torch.Generator().manual_seed(4)
-for step in range(60):
+for _ in range(60):
     x = torch.randn(32, 10, generator=g)
     loss = (model(x) - x.sum(-1, keepdim=True)).pow(2).mean()
     opt.zero_grad()

@@ -42,7 +42,7 @@ def main():
     torch.manual_seed(0)
     model = MagnitudeClassifier()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for step, x, y in batches(args.steps, args.pad_from):
+    for _step, x, y in batches(args.steps, args.pad_from):
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -46,8 +46,10 @@ pub enum Format {
     Sarif,
     /// GitHub Actions annotations (`::error file=...`).
     Github,
-    /// One self-contained HTML page (with `--watch`: the gradient-flow charts).
+    /// One self-contained HTML page: findings, parameters, the autograd graph, gradient flow.
     Html,
+    /// Graphviz: the autograd graph, a cluster per module, cuts in red.
+    Dot,
 }
 
 impl Format {
@@ -58,6 +60,7 @@ impl Format {
             Format::Sarif => "sarif",
             Format::Github => "github",
             Format::Html => "html",
+            Format::Dot => "dot",
         }
     }
 }
@@ -115,26 +118,34 @@ impl Output {
         &self,
         report: &Report,
         rules: &[gradsleuth_render::RuleInfo],
-        watch: Option<&gradsleuth_model::capture::WatchRec>,
+        capture: Option<&gradsleuth_model::Capture>,
     ) -> Result<i32, CliError> {
-        let text = match self.format {
-            Format::Html => gradsleuth_render::html(report, watch),
-            Format::Json => gradsleuth_render::json(report),
-            Format::Sarif => gradsleuth_render::sarif(report, rules),
-            Format::Github => gradsleuth_render::github(report),
-            Format::Text => {
-                let color = self.out.is_none()
-                    && std::io::stdout().is_terminal()
-                    && std::env::var_os("NO_COLOR").is_none();
-                gradsleuth_render::text(
-                    report,
-                    gradsleuth_render::TextOptions {
-                        color,
-                        all_params: self.all_params,
-                    },
-                )
-            }
-        };
+        let text =
+            match self.format {
+                Format::Html => gradsleuth_render::html(report, capture),
+                Format::Dot => match capture {
+                    Some(c) => gradsleuth_render::graph::dot(c, report),
+                    None => return Err(CliError::Usage(
+                        "--format dot draws the autograd graph of a run: use it with run or report"
+                            .into(),
+                    )),
+                },
+                Format::Json => gradsleuth_render::json(report),
+                Format::Sarif => gradsleuth_render::sarif(report, rules),
+                Format::Github => gradsleuth_render::github(report),
+                Format::Text => {
+                    let color = self.out.is_none()
+                        && std::io::stdout().is_terminal()
+                        && std::env::var_os("NO_COLOR").is_none();
+                    gradsleuth_render::text(
+                        report,
+                        gradsleuth_render::TextOptions {
+                            color,
+                            all_params: self.all_params,
+                        },
+                    )
+                }
+            };
         match &self.out {
             Some(path) => std::fs::write(path, text)
                 .map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))?,

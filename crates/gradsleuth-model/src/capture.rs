@@ -66,6 +66,30 @@ pub struct Progress {
     pub phase: String,
 }
 
+/// The autograd graph of the first traced loss (for the picture): node types, the module that
+/// made each node, the parameter behind each leaf, edges from a node to its inputs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphRec {
+    pub nodes: Vec<GraphNode>,
+    /// (consumer, input): index pairs into `nodes`, in autograd's direction (loss → params).
+    pub edges: Vec<(u32, u32)>,
+    /// The walk stopped at its node budget.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphNode {
+    /// Autograd node type, e.g. `AddmmBackward0`, `AccumulateGrad`.
+    pub name: String,
+    /// Key of the module whose forward created it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<u64>,
+    /// For `AccumulateGrad`: the tensor key of the parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param: Option<u64>,
+}
+
 /// `watch`: gradient health over a whole run, kept bounded (summaries and a series of at most
 /// a fixed number of buckets per layer, however long the run).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -563,6 +587,9 @@ pub struct Capture {
     /// `watch`: gradient health over the whole run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<WatchRec>,
+    /// The autograd graph of the first traced loss (op-level step), for the picture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<GraphRec>,
     /// Notes from the tracer itself (a hook that failed, a region it could not see).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -593,6 +620,7 @@ impl Default for Capture {
             dist: None,
             progress: None,
             watch: None,
+            graph: None,
             notes: Vec::new(),
         }
     }

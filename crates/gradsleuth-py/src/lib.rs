@@ -559,18 +559,30 @@ fn analyze(capture_json: &str) -> PyResult<String> {
 
 /// Renders a report (JSON) as `text` or `json`.
 #[pyfunction]
-#[pyo3(signature = (report_json, format="text", color=false, all_params=false))]
-fn render(report_json: &str, format: &str, color: bool, all_params: bool) -> PyResult<String> {
+#[pyo3(signature = (report_json, format="text", color=false, all_params=false, capture_json=None))]
+fn render(
+    report_json: &str,
+    format: &str,
+    color: bool,
+    all_params: bool,
+    capture_json: Option<&str>,
+) -> PyResult<String> {
     let report = gradsleuth_model::Report::from_json(report_json)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let capture = capture_json.and_then(|c| Capture::from_json(c).ok());
     match format {
+        "html" => Ok(gradsleuth_render::html(&report, capture.as_ref())),
+        "dot" => match &capture {
+            Some(c) => Ok(gradsleuth_render::graph::dot(c, &report)),
+            None => Err(PyValueError::new_err("dot needs the capture")),
+        },
         "text" => Ok(gradsleuth_render::text(
             &report,
             gradsleuth_render::TextOptions { color, all_params },
         )),
         "json" => Ok(gradsleuth_render::json(&report)),
         other => Err(PyValueError::new_err(format!(
-            "unknown format {other:?} (text, json)"
+            "unknown format {other:?} (text, json, html, dot)"
         ))),
     }
 }

@@ -163,6 +163,10 @@ const NON_DIFF: &[&str] = &[
 /// The op log of one deep step.
 #[pyclass(module = "gradsleuth._core")]
 pub struct OpLog {
+    /// The module whose forward is running (from the tracer's hooks).
+    module: Option<u64>,
+    /// grad_fn address -> module that made it, for the graph picture.
+    node_module: FxHashMap<usize, Option<u64>>,
     funcs: FxHashMap<usize, FuncInfo>,
     /// Code object address -> (file, qualname), or None for frames to skip.
     frames: FrameWalker,
@@ -389,7 +393,13 @@ impl OpLog {
         for o in &outputs {
             if o.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
                 out_needs_grad = true;
-                break;
+                if self.module.is_some() && self.node_module.len() < 1_000_000 {
+                    if let Ok(gf) = o.getattr(pyo3::intern!(py, "grad_fn")) {
+                        if !gf.is_none() {
+                            self.node_module.insert(gf.as_ptr() as usize, self.module);
+                        }
+                    }
+                }
             }
         }
         let mut site: Option<Option<Site>> = None;
@@ -673,7 +683,90 @@ impl OpLog {
             step,
             ops: 0,
             errors: 0,
+            module: None,
+            node_module: Default::default(),
         })
+    }
+
+    /// The module whose forward is running now (set by the tracer's module hooks).
+    fn set_module(&mut self, key: Option<u64>) {
+        self.module = key;
+    }
+
+    /// Snapshot of the autograd graph behind `loss` into the capture (at most `budget` nodes):
+    /// node types, the module that made each node (inherited from its consumer inside
+    /// composite ops), the parameter key of each leaf (`keys`: id(tensor) -> key).
+    #[pyo3(signature = (recorder, loss, keys, budget=250_000))]
+    fn graph(
+        &mut self,
+        py: Python<'_>,
+        mut recorder: PyRefMut<'_, Recorder>,
+        loss: Bound<'_, PyAny>,
+        keys: FxHashMap<usize, u64>,
+        budget: usize,
+    ) -> PyResult<()> {
+        let Ok(root) = loss.getattr("grad_fn") else {
+            return Ok(());
+        };
+        if root.is_none() || recorder.capture.graph.is_some() {
+            return Ok(());
+        }
+        let mut source = Live::new(py);
+        let mut index: FxHashMap<usize, u32> = FxHashMap::default();
+        let mut rec = gradsleuth_model::capture::GraphRec::default();
+        let mut stack: Vec<(Bound<'_, PyAny>, Option<u64>)> = vec![(root, None)];
+        let mut children = Vec::new();
+        while let Some((node, inherited)) = stack.pop() {
+            let id = node.as_ptr() as usize;
+            if index.contains_key(&id) {
+                continue;
+            }
+            if rec.nodes.len() >= budget {
+                rec.truncated = true;
+                break;
+            }
+            let module = self.node_module.get(&id).copied().flatten().or(inherited);
+            let param = gradsleuth_graph::GraphSource::leaf(&mut source, &node)?
+                .and_then(|addr| keys.get(&(addr as usize)).copied());
+            let name = node.get_type().name()?.to_string();
+            let i = rec.nodes.len() as u32;
+            index.insert(id, i);
+            rec.nodes.push(gradsleuth_model::capture::GraphNode {
+                name,
+                module,
+                param,
+            });
+            children.clear();
+            gradsleuth_graph::GraphSource::children(&mut source, &node, &mut children)?;
+            for c in children.drain(..) {
+                stack.push((c, module));
+            }
+        }
+        // Edges, now that every node has an index (a second, cheap pass over the same nodes).
+        let mut edges = Vec::new();
+        let root = loss.getattr("grad_fn")?;
+        let mut stack = vec![root];
+        let mut seen: FxHashSet<usize> = FxHashSet::default();
+        while let Some(node) = stack.pop() {
+            let id = node.as_ptr() as usize;
+            let Some(&from) = index.get(&id) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            children.clear();
+            gradsleuth_graph::GraphSource::children(&mut source, &node, &mut children)?;
+            for c in children.drain(..) {
+                if let Some(&to) = index.get(&(c.as_ptr() as usize)) {
+                    edges.push((from, to));
+                    stack.push(c);
+                }
+            }
+        }
+        rec.edges = edges;
+        recorder.capture.graph = Some(rec);
+        Ok(())
     }
 
     /// One op: `func(*args, **kwargs)` returned `out`. Never raises.
@@ -962,6 +1055,7 @@ impl OpLog {
         self.loss_taint.clear();
         self.loss_rewraps.clear();
         self.grad_off.clear();
+        self.node_module.clear();
     }
 
     #[getter]

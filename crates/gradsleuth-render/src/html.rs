@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use gradsleuth_model::capture::WatchRec;
+use gradsleuth_model::capture::{Capture, WatchBucket, WatchLayer, WatchRec};
 use gradsleuth_model::{Finding, Report, Severity};
 
 /// `&`, `<`, `>`, `"`, `'` escaped: safe in text and in attribute values.
@@ -32,10 +32,24 @@ h1{font-size:20px}h2{font-size:16px;margin-top:2em}.f{border:1px solid #ddd;bord
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;font-size:13px}\
 th{cursor:pointer;background:#fafafa}.learning{color:#2e7d32}.bad{color:#c62828}.muted{color:#777}svg text{font-size:11px}";
 
-const SCRIPT: &str = "function gsSort(t,c){var b=t.tBodies[0],r=[].slice.call(b.rows),a=t.dataset.dir==c?-1:1;t.dataset.dir=a==1?c:'';\
-r.sort(function(x,y){var p=x.cells[c].dataset.v||x.cells[c].textContent,q=y.cells[c].dataset.v||y.cells[c].textContent,\
-m=parseFloat(p),n=parseFloat(q);return (isNaN(m)||isNaN(n)?p.localeCompare(q):m-n)*a});r.forEach(function(e){b.appendChild(e)})}\
-function gsFilter(s){[].forEach.call(document.querySelectorAll('#params tbody tr'),function(r){r.style.display=!s||r.dataset.status==s?'':'none'})}";
+/// The parameter table is data (`#params-data`) drawn by this script, at most `gsLimit` rows at
+/// a time: a model with 100,000 parameters must not make a 100,000-row DOM. Sorting and the
+/// status filter work on the data.
+const SCRIPT: &str = "var gsRows=[],gsShown=[],gsKey=-1,gsDir=1,gsLimit=500,gsStatus='';\
+function gsText(v){return v==null?'—':typeof v=='number'?v.toExponential(3):String(v)}\
+function gsDraw(){var b=document.querySelector('#params tbody');if(!b)return;b.textContent='';\
+gsShown.slice(0,gsLimit).forEach(function(r){var tr=document.createElement('tr');tr.dataset.status=r[2];\
+r.forEach(function(v,i){var td=document.createElement('td');td.textContent=i==1?JSON.stringify(v):gsText(v);\
+if(i==2)td.className=v=='learning'?'learning':'bad';tr.appendChild(td)});b.appendChild(tr)});\
+var n=document.getElementById('params-count');if(n)n.textContent=gsShown.length>gsLimit?\
+'showing '+gsLimit+' of '+gsShown.length+' (sort or filter to see others)':gsShown.length+' parameter(s)'}\
+function gsApply(){gsShown=gsRows.filter(function(r){return !gsStatus||r[2]==gsStatus});\
+if(gsKey>=0)gsShown.sort(function(x,y){var p=x[gsKey],q=y[gsKey];if(p==null)return 1;if(q==null)return -1;\
+return (typeof p=='number'&&typeof q=='number'?p-q:String(p).localeCompare(String(q)))*gsDir});gsDraw()}\
+function gsSort(t,c){gsDir=gsKey==c?-gsDir:1;gsKey=c;gsApply()}\
+function gsFilter(s){gsStatus=s;gsApply()}\
+document.addEventListener('DOMContentLoaded',function(){var d=document.getElementById('params-data');\
+if(d){gsRows=JSON.parse(d.textContent);gsApply()}})";
 
 fn finding(out: &mut String, f: &Finding) {
     let sev = f.severity.as_str();
@@ -90,6 +104,14 @@ fn finding(out: &mut String, f: &Finding) {
     out.push_str("</div>");
 }
 
+/// JSON safe inside a `<script>` element (no `</script>`, no `<!--`).
+fn script_json(v: &serde_json::Value) -> String {
+    v.to_string()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+}
+
 fn params(out: &mut String, report: &Report) {
     if report.parameters.is_empty() {
         return;
@@ -105,14 +127,14 @@ fn params(out: &mut String, report: &Report) {
     for s in statuses {
         let _ = write!(out, "<option>{s}</option>");
     }
-    out.push_str("</select></label><table id=\"params\"><thead><tr>");
+    out.push_str("</select></label> <span id=\"params-count\" class=\"muted\"></span><table id=\"params\"><thead><tr>");
     for (i, h) in [
         "name",
         "shape",
         "status",
         "optimizer",
-        "grad norm (last)",
-        "update norm (last)",
+        "grad norm per step",
+        "update norm per step",
     ]
     .iter()
     .enumerate()
@@ -122,35 +144,45 @@ fn params(out: &mut String, report: &Report) {
             "<th onclick=\"gsSort(this.closest('table'),{i})\">{h}</th>"
         );
     }
-    out.push_str("</tr></thead><tbody>");
-    for p in &report.parameters {
-        let last = |v: &[Option<f64>]| v.iter().rev().flatten().next().copied();
-        let num = |v: Option<f64>| {
-            v.map_or(("".to_owned(), "—".to_owned()), |x| {
-                (format!("{x}"), format!("{x:.3e}"))
-            })
-        };
-        let (gv, gt) = num(last(&p.grad_norm));
-        let (uv, ut) = num(last(&p.update_norm));
-        let class = if p.status.as_str() == "learning" {
-            "learning"
-        } else {
-            "bad"
-        };
-        let _ = write!(
-            out,
-            "<tr data-status=\"{0}\"><td>{1}</td><td>{2:?}</td><td class=\"{class}\">{0}</td><td>{3}</td><td data-v=\"{gv}\">{gt}</td><td data-v=\"{uv}\">{ut}</td></tr>",
-            p.status.as_str(),
-            escape(&p.name),
-            p.shape,
-            match p.in_optimizer {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "?",
-            },
-        );
-    }
-    out.push_str("</tbody></table>");
+    out.push_str("</tr></thead><tbody></tbody></table>");
+    let last = |v: &[Option<f64>]| v.iter().rev().flatten().next().copied();
+    let rows: Vec<serde_json::Value> = report
+        .parameters
+        .iter()
+        .map(|p| {
+            let series = |v: &[Option<f64>]| {
+                v.iter()
+                    .map(|x| x.map_or("—".to_owned(), |x| format!("{x:.2e}")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            serde_json::json!([
+                p.name,
+                p.shape,
+                p.status.as_str(),
+                match p.in_optimizer {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "?",
+                },
+                if p.grad_norm.len() > 1 {
+                    serde_json::Value::from(series(&p.grad_norm))
+                } else {
+                    serde_json::json!(last(&p.grad_norm))
+                },
+                if p.update_norm.len() > 1 {
+                    serde_json::Value::from(series(&p.update_norm))
+                } else {
+                    serde_json::json!(last(&p.update_norm))
+                },
+            ])
+        })
+        .collect();
+    let _ = write!(
+        out,
+        "<script type=\"application/json\" id=\"params-data\">{}</script>",
+        script_json(&serde_json::Value::from(rows))
+    );
 }
 
 const PALETTE: &[&str] = &[
@@ -159,6 +191,66 @@ const PALETTE: &[&str] = &[
 ];
 
 /// A log-scale line chart: one series per layer, x = step.
+/// Layers of repeated blocks (`blocks.0.ff`, `blocks.1.ff`, ...) as one series each: the mean
+/// of their norms and (drawn dashed) the max, so a 300-block model is a readable chart. At most
+/// 40 series.
+fn grouped(w: &WatchRec) -> WatchRec {
+    let mut groups: Vec<(String, Vec<&WatchLayer>)> = Vec::new();
+    for l in &w.layers {
+        let key = crate::graph::repeat_key(&l.name).unwrap_or_else(|| l.name.clone());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(l),
+            None => groups.push((key, vec![l])),
+        }
+    }
+    let layers = groups
+        .into_iter()
+        .take(40)
+        .map(|(key, members)| {
+            if members.len() == 1 {
+                return members[0].clone();
+            }
+            let n = members.iter().map(|m| m.buckets.len()).max().unwrap_or(0);
+            let buckets = (0..n)
+                .map(|i| {
+                    let bs: Vec<&WatchBucket> =
+                        members.iter().filter_map(|m| m.buckets.get(i)).collect();
+                    let avg = |f: &dyn Fn(&WatchBucket) -> Option<f64>| {
+                        let v: Vec<f64> = bs.iter().filter_map(|b| f(b)).collect();
+                        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+                    };
+                    WatchBucket {
+                        step: bs.first().map_or(0, |b| b.step),
+                        steps: bs.first().map_or(0, |b| b.steps),
+                        mean: avg(&|b| b.mean),
+                        max: bs.iter().filter_map(|b| b.max).reduce(f64::max),
+                        min: bs.iter().filter_map(|b| b.min).reduce(f64::min),
+                        none: bs.iter().map(|b| b.none).sum(),
+                        zero: if bs.iter().all(|b| b.zero == b.steps) {
+                            bs.first().map_or(0, |b| b.steps)
+                        } else {
+                            0
+                        },
+                        nonfinite: bs.iter().map(|b| b.nonfinite).sum(),
+                        update_ratio: avg(&|b| b.update_ratio),
+                    }
+                })
+                .collect();
+            WatchLayer {
+                name: format!("{key} (×{})", members.len()),
+                stride: members[0].stride,
+                buckets,
+            }
+        })
+        .collect();
+    WatchRec {
+        steps: w.steps,
+        layers,
+        tensorboard: w.tensorboard.clone(),
+        ..Default::default()
+    }
+}
+
 fn chart(
     out: &mut String,
     title: &str,
@@ -233,6 +325,30 @@ fn chart(
                 escape(label)
             );
         }
+        // A group of repeated layers: its max too, dashed.
+        if let Some(layer) = w
+            .layers
+            .get(i)
+            .filter(|l| l.name.ends_with(')') && l.name.contains("(×"))
+        {
+            let path: Vec<String> = layer
+                .buckets
+                .iter()
+                .filter_map(|b| {
+                    b.max
+                        .filter(|v| *v > 0.0 && v.is_finite())
+                        .map(|v| format!("{:.1},{:.1}", sx(b.step as f64), sy(v.log10())))
+                })
+                .collect();
+            if !path.is_empty() && id == "grad-flow" {
+                let _ = write!(
+                    out,
+                    "<polyline class=\"layer-max\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1\" stroke-dasharray=\"3 3\" points=\"{}\"><title>{} (max)</title></polyline>",
+                    path.join(" "),
+                    escape(label)
+                );
+            }
+        }
         // Marks: non-finite (red), exactly zero (grey), no gradient (hollow).
         if let Some(layer) = w.layers.get(i) {
             for b in &layer.buckets {
@@ -260,8 +376,98 @@ fn chart(
     out.push_str("</div>");
 }
 
-/// The report as one HTML page.
-pub fn html(report: &Report, watch: Option<&WatchRec>) -> String {
+/// The observed first steps as per-layer series (what `watch` records for a whole run): layer
+/// gradient norm per step (√ of the sum of its parameters' squared norms) and the mean
+/// update-to-weight ratio.
+fn first_steps(report: &Report, capture: Option<&Capture>) -> Option<WatchRec> {
+    let steps = report
+        .parameters
+        .iter()
+        .map(|p| p.grad_norm.len())
+        .max()
+        .unwrap_or(0);
+    if steps == 0 {
+        return None;
+    }
+    let weight: std::collections::HashMap<&str, Vec<f64>> = capture
+        .map(|c| {
+            let names: std::collections::HashMap<u64, &str> =
+                c.tensors.iter().map(|t| (t.key, t.name.as_str())).collect();
+            let mut out: std::collections::HashMap<&str, Vec<f64>> = Default::default();
+            for s in &c.steps {
+                for (k, w) in &s.weight_before {
+                    if let Some(n) = names.get(k) {
+                        out.entry(n).or_default().push(*w);
+                    }
+                }
+            }
+            out
+        })
+        .unwrap_or_default();
+    let mut layers: std::collections::BTreeMap<String, Vec<&gradsleuth_model::ParamRow>> =
+        Default::default();
+    for p in &report.parameters {
+        layers
+            .entry(
+                p.name
+                    .rsplit_once('.')
+                    .map_or(String::new(), |(l, _)| l.to_owned()),
+            )
+            .or_default()
+            .push(p);
+    }
+    let layers = layers
+        .into_iter()
+        .map(|(name, ps)| {
+            let buckets = (0..steps)
+                .map(|s| {
+                    let vals: Vec<Option<f64>> = ps
+                        .iter()
+                        .map(|p| p.grad_norm.get(s).copied().flatten())
+                        .collect();
+                    let present: Vec<f64> = vals.iter().flatten().copied().collect();
+                    let norm = (!present.is_empty())
+                        .then(|| present.iter().map(|v| v * v).sum::<f64>().sqrt());
+                    let ratios: Vec<f64> = ps
+                        .iter()
+                        .filter_map(|p| {
+                            let u = p.update_norm.get(s).copied().flatten()?;
+                            let w = *weight.get(p.name.as_str())?.get(s)?;
+                            (w > 0.0).then_some(u / w)
+                        })
+                        .collect();
+                    WatchBucket {
+                        step: s as u64 + 1,
+                        steps: 1,
+                        mean: norm.filter(|v| v.is_finite()),
+                        max: norm.filter(|v| v.is_finite()),
+                        min: norm.filter(|v| v.is_finite()),
+                        none: u64::from(present.is_empty()),
+                        zero: u64::from(norm == Some(0.0)),
+                        nonfinite: u64::from(norm.is_some_and(|v| !v.is_finite())),
+                        update_ratio: (!ratios.is_empty())
+                            .then(|| ratios.iter().sum::<f64>() / ratios.len() as f64),
+                    }
+                })
+                .collect();
+            WatchLayer {
+                name,
+                stride: 1,
+                buckets,
+            }
+        })
+        .collect();
+    Some(WatchRec {
+        steps: steps as u64,
+        layers,
+        ..Default::default()
+    })
+}
+
+/// The report as one HTML page; with the capture, the autograd graph picture and the
+/// gradient-flow charts (of the whole run under `watch`, of the observed steps otherwise).
+pub fn html(report: &Report, capture: Option<&Capture>) -> String {
+    let watch = capture.and_then(|c| c.watch.as_ref());
     let mut out = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>gradsleuth report</title>",
     );
@@ -316,17 +522,35 @@ pub fn html(report: &Report, watch: Option<&WatchRec>) -> String {
     for f in &report.findings {
         finding(&mut out, f);
     }
-    if let Some(w) = watch {
+    if let (Some(c), true) = (capture, capture.is_some_and(|c| c.graph.is_some())) {
+        if let Some(p) = crate::graph::picture(c, report) {
+            out.push_str("<h2>Autograd graph</h2><div style=\"overflow:auto\">");
+            out.push_str(&crate::graph::svg(&p));
+            out.push_str("</div>");
+        }
+    }
+    let observed = if watch.is_none() {
+        first_steps(report, capture)
+    } else {
+        None
+    };
+    let grouped_rec = watch.or(observed.as_ref()).map(grouped);
+    if let Some(w) = grouped_rec.as_ref() {
+        let span = if watch.is_some() {
+            "over the run"
+        } else {
+            "over the observed steps"
+        };
         chart(
             &mut out,
-            "Gradient flow: layer gradient norm over the run (log scale)",
+            &format!("Gradient flow: layer gradient norm {span} (log scale)"),
             "grad-flow",
             w,
             |b| b.mean,
         );
         chart(
             &mut out,
-            "Update-to-weight ratio (sampled steps, log scale)",
+            &format!("Update-to-weight ratio {span} (log scale)"),
             "update-ratio",
             w,
             |b| b.update_ratio,
@@ -375,6 +599,8 @@ mod tests {
         assert!(!page.contains("<script>alert(1)"));
         assert!(!page.contains("</svg><script>"));
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        // The parameter table's data: no `<` survives inside the JSON script element.
+        assert!(page.contains("\\u003cscript\\u003ealert(1)\\u003c/script\\u003e"));
         assert_eq!(page.matches("<script>").count(), 1); // ours only
     }
 
@@ -403,7 +629,11 @@ mod tests {
             ],
             ..Default::default()
         };
-        let page = html(&Report::new("watch"), Some(&w));
+        let capture = Capture {
+            watch: Some(w),
+            ..Default::default()
+        };
+        let page = html(&Report::new("watch"), Some(&capture));
         assert_eq!(page.matches("<polyline class=\"layer\"").count(), 2);
         assert!(page.contains("data-layer=\"enc\"") && page.contains("class=\"nonfinite\""));
     }

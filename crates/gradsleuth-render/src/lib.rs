@@ -9,6 +9,7 @@
 //! * [`sarif`]: SARIF 2.1.0 for code scanning; [`github`]: GitHub Actions annotations.
 //! * [`html`]: one self-contained page (findings, parameter table, `watch`'s charts).
 
+pub mod graph;
 mod html;
 mod sarif;
 pub use html::{escape as html_escape, html};
@@ -152,7 +153,104 @@ pub fn text(report: &Report, opts: TextOptions) -> String {
         finding(&mut out, f, &p);
     }
     params(&mut out, report, opts, &p);
+    flow(&mut out, report, &p);
     out
+}
+
+/// One sparkline per layer: its gradient norm per observed step on one log scale for all
+/// layers (` ` no gradient, `_` exactly zero, `!` NaN/Inf).
+pub fn flow_lines(report: &Report) -> Vec<(String, String)> {
+    let steps = report
+        .parameters
+        .iter()
+        .map(|p| p.grad_norm.len())
+        .max()
+        .unwrap_or(0);
+    if steps < 2 {
+        return Vec::new();
+    }
+    let mut layers: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+    for p in &report.parameters {
+        let layer = p
+            .name
+            .rsplit_once('.')
+            .map_or("(model)", |(l, _)| l)
+            .to_owned();
+        let idx = match layers.iter().position(|(n, _)| *n == layer) {
+            Some(i) => i,
+            None => {
+                layers.push((layer, vec![None; steps]));
+                layers.len() - 1
+            }
+        };
+        for (s, g) in p.grad_norm.iter().enumerate() {
+            if let Some(g) = g {
+                let cur = layers[idx].1[s].unwrap_or(0.0);
+                layers[idx].1[s] = Some(if g.is_finite() {
+                    (cur * cur + g * g).sqrt()
+                } else {
+                    f64::NAN
+                });
+            }
+        }
+    }
+    let logs: Vec<f64> = layers
+        .iter()
+        .flat_map(|(_, v)| v.iter().flatten().copied())
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .map(f64::log10)
+        .collect();
+    let (lo, hi) = logs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(*v), b.max(*v))
+        });
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    layers
+        .into_iter()
+        .take(40)
+        .map(|(name, vals)| {
+            let line: String = vals
+                .iter()
+                .map(|v| match v {
+                    None => ' ',
+                    Some(x) if !x.is_finite() => '!',
+                    Some(x) if *x == 0.0 => '_',
+                    Some(x) => {
+                        let t = if hi > lo {
+                            (x.log10() - lo) / (hi - lo)
+                        } else {
+                            1.0
+                        };
+                        BARS[((t * 7.0).round() as usize).min(7)]
+                    }
+                })
+                .collect();
+            (name, line)
+        })
+        .collect()
+}
+
+fn flow(out: &mut String, report: &Report, p: &Paint) {
+    let lines = flow_lines(report);
+    if lines.is_empty() {
+        return;
+    }
+    let w = lines
+        .iter()
+        .map(|(n, _)| n.chars().count())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 40);
+    let _ = writeln!(
+        out,
+        "\n{} (per layer, per step, one log scale; ' ' none, '_' zero, '!' NaN)",
+        p.paint(bold(), "gradient flow")
+    );
+    for (name, line) in lines {
+        let name: String = name.chars().take(w).collect();
+        let _ = writeln!(out, "  {name:<w$}  {line}");
+    }
 }
 
 fn first_line(s: &str) -> &str {
@@ -428,5 +526,42 @@ mod tests {
         assert_eq!(v["findings"][0]["category"], "unregistered");
         assert_eq!(v["findings"][0]["id"], "F1");
         assert_eq!(v["parameters"][0]["grad_norm"][1], serde_json::Value::Null);
+    }
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use gradsleuth_model::{ParamRow, ParamStatus, Report};
+
+    fn row(name: &str, g: Vec<Option<f64>>) -> ParamRow {
+        ParamRow {
+            name: name.into(),
+            shape: vec![],
+            status: ParamStatus::Learning,
+            in_optimizer: Some(true),
+            grad_norm: g,
+            update_norm: vec![],
+            ranks: None,
+        }
+    }
+
+    #[test]
+    fn one_sparkline_per_layer_on_a_shared_log_scale() {
+        let mut r = Report::new("run");
+        r.parameters = vec![
+            row("enc.weight", vec![Some(1.0), Some(10.0), Some(100.0)]),
+            row("enc.bias", vec![Some(0.0), Some(0.0), Some(0.0)]),
+            row("head.weight", vec![Some(1.0), None, Some(f64::NAN)]),
+            row("dead.weight", vec![Some(0.0), Some(0.0), Some(0.0)]),
+        ];
+        let lines = super::flow_lines(&r);
+        assert_eq!(
+            lines,
+            vec![
+                ("enc".to_owned(), "▁▅█".to_owned()),
+                ("head".to_owned(), "▁ !".to_owned()),
+                ("dead".to_owned(), "___".to_owned()),
+            ]
+        );
     }
 }

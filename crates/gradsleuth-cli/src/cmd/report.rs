@@ -75,7 +75,7 @@ pub fn run(args: ReportArgs) -> Result<i32, CliError> {
     if let [one] = files.as_slice() {
         let capture = load(one)?;
         let report = gradsleuth_analysis::analyze(&capture);
-        return args.output.emit_full(&report, &[], capture.watch.as_ref());
+        return args.output.emit_full(&report, &[], Some(&capture));
     }
     args.output.emit(&merge_files(&files, Merger::new(0))?)
 }

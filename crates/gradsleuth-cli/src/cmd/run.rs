@@ -191,9 +191,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
         capture.target.script = Some(target);
     }
     let report = gradsleuth_analysis::analyze(&capture);
-    let code = args
-        .output
-        .emit_full(&report, &[], capture.watch.as_ref())?;
+    let code = args.output.emit_full(&report, &[], Some(&capture))?;
     Ok(if script_code != 0 { script_code } else { code })
 }
 

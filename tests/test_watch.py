@@ -221,7 +221,7 @@ def test_html_report_draws_the_gradient_flow_over_the_run(tmp_path):
     c = Collect()
     c.feed(page)
     svgs = [a.get("id") for t, a in c.tags if t == "svg"]
-    assert svgs == ["grad-flow", "update-ratio"]
+    assert svgs == ["autograd-graph", "grad-flow", "update-ratio"]
     layers = {a["data-layer"] for t, a in c.tags if t == "polyline" and a.get("class") == "layer"}
     assert layers == {"0", "2", "4"}
     codes = {a["data-code"] for t, a in c.tags if t == "div" and "data-code" in a}

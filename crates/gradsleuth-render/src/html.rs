@@ -191,10 +191,13 @@ const PALETTE: &[&str] = &[
 ];
 
 /// A log-scale line chart: one series per layer, x = step.
-/// Layers of repeated blocks (`blocks.0.ff`, `blocks.1.ff`, ...) as one series each: the mean
-/// of their norms and (drawn dashed) the max, so a 300-block model is a readable chart. At most
-/// 40 series.
+/// With more than 40 layers, layers of repeated blocks (`blocks.0.ff`, `blocks.1.ff`, ...) as
+/// one series each: the mean of their norms and (drawn dashed) the max, so a 300-block model is
+/// a readable chart. At most 40 series.
 fn grouped(w: &WatchRec) -> WatchRec {
+    if w.layers.len() <= 40 {
+        return w.clone();
+    }
     let mut groups: Vec<(String, Vec<&WatchLayer>)> = Vec::new();
     for l in &w.layers {
         let key = crate::graph::repeat_key(&l.name).unwrap_or_else(|| l.name.clone());

@@ -12,6 +12,7 @@ op:   the op-level step (every torch call recorded, as in the first observed ste
 watch: the steady-state step under `gradsleuth.watch(model, optimizer)` beside the plain step, and
        a NaN step localized by watch beside the same step under `detect_anomaly()`.
 explain: a 100 MB log and a 2 KB traceback, through the installed command and the Rust binary.
+where: `gradsleuth where torch.relu` with a cold and a warm index cache.
 merge: 1,000 synthetic rank captures of a 1,000-parameter model merged by `gradsleuth report DIR`
        (streamed, in parallel chunks) beside Python's json.load of the same files: s, peak RSS.
 lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
@@ -565,6 +566,31 @@ def bench_graph(blocks=8000, dot_timeout=120):
         print(f"page load in headless Chromium: {opened:.2f} s (goal < 2 s)")
 
 
+def bench_where(repeats=5):
+    """`gradsleuth where torch.relu` with a cold cache (YAML parsed, the ~430 MB libtorch_cpu.so's
+    symbol table read) and a warm one, through the installed command and the Rust binary."""
+    import os
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cli = os.path.join(os.path.dirname(sys.executable), "gradsleuth")
+    binary = os.path.join(root, "target", "release", "gradsleuth-cli")
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "gradsleuth-cli"], cwd=root, check=True)
+    torch_dir = os.path.dirname(torch.__file__)
+    print(f"\n## where torch.relu (ms; goals: cold < 1000, warm < 50); median of {repeats}")
+    for label, cmd in (("gradsleuth (console script)", [cli]), ("gradsleuth-cli (Rust binary)", [binary])):
+        cold, warm = [], []
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, GRADSLEUTH_CACHE_DIR=cache)
+                for bucket in (cold, warm):
+                    t0 = time.perf_counter()
+                    subprocess.run([*cmd, "where", "torch.relu", "--torch", torch_dir], env=env, capture_output=True)
+                    bucket.append((time.perf_counter() - t0) * 1e3)
+        print(f"{label:32} cold {statistics.median(cold):7.1f}   warm {statistics.median(warm):7.1f}")
+
+
 def bench_explain(size_mb=100, repeats=5):
     """`gradsleuth explain` on a 100 MB torchrun-style log (streamed) and on a 2 KB traceback,
     through the installed command and through the Rust binary alone."""
@@ -811,7 +837,7 @@ def bench_merge(ranks=1000):
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "watch", "graph", "explain", "merge", "lint"]
+    which = sys.argv[1:] or ["walk", "step", "op", "watch", "graph", "where", "explain", "merge", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -825,6 +851,8 @@ if __name__ == "__main__":
         bench_watch()
     if "graph" in which:
         bench_graph()
+    if "where" in which:
+        bench_where()
     if "explain" in which:
         bench_explain()
     if "merge" in which:

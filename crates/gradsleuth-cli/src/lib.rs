@@ -36,6 +36,8 @@ pub enum Command {
     Explain(cmd::explain::ExplainArgs),
     /// Check training code statically for the same pitfalls (no torch needed).
     Lint(cmd::lint::LintArgs),
+    /// From a PyTorch name to its ATen op, kernels, autograd formula and gdb breakpoints.
+    Where(cmd::where_::WhereArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -183,6 +185,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Explain(a) => cmd::explain::run(a),
         Command::Lint(a) => cmd::lint::run(a),
+        Command::Where(a) => cmd::where_::run(a),
     };
     match result {
         Ok(code) => code,

@@ -4,3 +4,4 @@ pub mod explain;
 pub mod lint;
 pub mod report;
 pub mod run;
+pub mod where_;

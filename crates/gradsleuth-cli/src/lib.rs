@@ -38,6 +38,10 @@ pub enum Command {
     Lint(cmd::lint::LintArgs),
     /// From a PyTorch name to its ATen op, kernels, autograd formula and gdb breakpoints.
     Where(cmd::where_::WhereArgs),
+    /// Can this machine debug PyTorch's native code, and how? A checklist with fixes.
+    Doctor(cmd::doctor::DoctorArgs),
+    /// Write or merge .vscode/launch.json (debugpy + gdb), c_cpp_properties.json, a gdb file.
+    Vscode(cmd::vscode::VscodeArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -186,6 +190,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Command::Explain(a) => cmd::explain::run(a),
         Command::Lint(a) => cmd::lint::run(a),
         Command::Where(a) => cmd::where_::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Vscode(a) => cmd::vscode::run(a),
     };
     match result {
         Ok(code) => code,

@@ -498,6 +498,55 @@ impl Index {
     }
 }
 
+/// Where each kernel is defined in a PyTorch checkout: `aten/src/ATen/native/**/*.{cpp,cu,h}`
+/// lines that start a definition of `at::native::<kernel>` (`Tensor relu(const Tensor& self) {`,
+/// not declarations ending in `;`, not calls). Returns (kernel, file, line).
+pub fn kernel_sources(checkout: &Path, kernels: &[String]) -> Vec<(String, String, u32)> {
+    let root = checkout.join("aten/src/ATen/native");
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if !p
+                .extension()
+                .is_some_and(|x| x == "cpp" || x == "cu" || x == "h")
+            {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&p) else {
+                continue;
+            };
+            for (i, line) in text.lines().enumerate() {
+                if line.starts_with(char::is_whitespace) || line.trim_end().ends_with(';') {
+                    continue;
+                }
+                for k in kernels {
+                    let needle = format!(" {k}(");
+                    let amp = format!("&{k}(");
+                    if (line.contains(&needle)
+                        || line.contains(&amp)
+                        || line.starts_with(&format!("{k}(")))
+                        && !line.contains("return ")
+                    {
+                        out.push((k.clone(), p.display().to_string(), i as u32 + 1));
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `def NAME(` in a Python file: the line of a wrapper written in Python.
 pub fn python_def(file: &Path, name: &str) -> Option<u32> {
     let text = std::fs::read_to_string(file).ok()?;
@@ -555,6 +604,21 @@ mod tests {
     }
 
     #[test]
+    fn kernel_definitions_in_a_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        let native = dir.path().join("aten/src/ATen/native");
+        std::fs::create_dir_all(&native).unwrap();
+        std::fs::write(
+            native.join("Activation.cpp"),
+            "Tensor relu(const Tensor & self);\nTensor relu(const Tensor & self) {\n  return clamp_min(self, 0);\n}\nTensor& relu_(Tensor& self) {\n  return self;\n}\n",
+        )
+        .unwrap();
+        let found = kernel_sources(dir.path(), &["relu".into(), "relu_".into()]);
+        let lines: Vec<(String, u32)> = found.into_iter().map(|(k, _, l)| (k, l)).collect();
+        assert_eq!(lines, vec![("relu".into(), 2), ("relu_".into(), 5)]);
+    }
+
+    #[test]
     fn mangled_identifiers() {
         assert_eq!(next_ident("4reluERKNS_6TensorE"), Some("relu"));
         assert_eq!(backward_node("_softmax"), "SoftmaxBackward0");
@@ -572,5 +636,96 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cannot open"), "{err}");
+    }
+}
+
+/// What an ELF library carries for a debugger.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ElfInfo {
+    pub path: String,
+    /// `.debug_info` present: line-level breakpoints possible.
+    pub dwarf: bool,
+    /// `.symtab` or `.dynsym` present: breakpoints by function name possible.
+    pub symbols: bool,
+    /// Strings of the `.comment` section (the compilers that built it).
+    pub compilers: Vec<String>,
+}
+
+/// Reads what a debugger needs to know about `path` (DWARF, symbols, compilers).
+pub fn elf_info(path: &Path) -> Result<ElfInfo, NativeError> {
+    use object::{Object, ObjectSection};
+    let file = std::fs::File::open(path)
+        .map_err(|e| NativeError::Io(format!("cannot open {}: {e}", path.display())))?;
+    // SAFETY: read-only mapping of a library file, only read while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|e| NativeError::Io(format!("cannot map {}: {e}", path.display())))?;
+    let obj = object::File::parse(&*map).map_err(|e| {
+        NativeError::Format(format!(
+            "{} is not a readable ELF file: {e}",
+            path.display()
+        ))
+    })?;
+    let has = |name: &str| obj.section_by_name(name).is_some_and(|s| s.size() > 0);
+    let compilers = obj
+        .section_by_name(".comment")
+        .and_then(|s| s.data().ok())
+        .map(|d| {
+            d.split(|b| *b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).trim().to_owned())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(ElfInfo {
+        path: path.display().to_string(),
+        dwarf: has(".debug_info"),
+        symbols: has(".symtab") || has(".dynsym"),
+        compilers,
+    })
+}
+
+/// `GCC: (GNU) 13.3.1 20240611 (Red Hat 13.3.1-2)` -> `13.3.1`; the GCC that built most of it.
+pub fn gcc_version(compilers: &[String]) -> Option<String> {
+    compilers
+        .iter()
+        .filter_map(|c| c.strip_prefix("GCC: "))
+        .filter_map(|c| {
+            c.split_whitespace()
+                .find(|w| w.chars().next().is_some_and(|ch| ch.is_ascii_digit()))
+        })
+        .max_by_key(|v| {
+            v.split('.')
+                .map(|p| p.parse::<u32>().unwrap_or(0))
+                .collect::<Vec<_>>()
+        })
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod elf_tests {
+    use super::*;
+
+    #[test]
+    fn gcc_version_of_the_comment_section() {
+        let c = vec![
+            "GCC: (GNU) 13.3.1 20240611 (Red Hat 13.3.1-2)".to_owned(),
+            "GCC: (GNU) 7.5.0".to_owned(),
+            "Intel(R) oneAPI DPC++/C++ Compiler 2024.2.0".to_owned(),
+        ];
+        assert_eq!(gcc_version(&c).as_deref(), Some("13.3.1"));
+        assert_eq!(gcc_version(&[]), None);
+    }
+
+    #[test]
+    fn truncated_and_non_elf_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.so");
+        std::fs::write(&f, b"\x7fELF\x02\x01\x01").unwrap();
+        assert!(elf_info(&f)
+            .unwrap_err()
+            .to_string()
+            .contains("not a readable ELF"));
     }
 }

@@ -611,17 +611,18 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
         });
     // `where` needs torch's folder, not torch: found here without importing it, so the command
     // does not start a second interpreter to ask.
-    let torch_dir: Option<String> = if argv.get(1).map(String::as_str) == Some("where") {
-        py.import("importlib.util")
-            .and_then(|u| u.call_method1("find_spec", ("torch",)))
-            .ok()
-            .filter(|s| !s.is_none())
-            .and_then(|s| s.getattr("submodule_search_locations").ok())
-            .and_then(|l| l.get_item(0).ok())
-            .and_then(|d| d.extract::<String>().ok())
-    } else {
-        None
-    };
+    let torch_dir: Option<String> =
+        if matches!(argv.get(1).map(String::as_str), Some("where" | "vscode")) {
+            py.import("importlib.util")
+                .and_then(|u| u.call_method1("find_spec", ("torch",)))
+                .ok()
+                .filter(|s| !s.is_none())
+                .and_then(|s| s.getattr("submodule_search_locations").ok())
+                .and_then(|l| l.get_item(0).ok())
+                .and_then(|d| d.extract::<String>().ok())
+        } else {
+            None
+        };
     // SAFETY-free: environment writes happen before any thread of ours is spawned.
     unsafe {
         if let Some(d) = &torch_dir {

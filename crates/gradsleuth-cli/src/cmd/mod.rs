@@ -1,7 +1,9 @@
 //! One module per subcommand.
 pub mod demo;
+pub mod doctor;
 pub mod explain;
 pub mod lint;
 pub mod report;
 pub mod run;
+pub mod vscode;
 pub mod where_;

@@ -16,6 +16,9 @@ pub struct WhereArgs {
     /// The installed torch package folder (default: the one the Python interpreter finds).
     #[arg(long, value_name = "DIR")]
     pub torch: Option<PathBuf>,
+    /// A PyTorch checkout: file:line of each kernel's definition in it.
+    #[arg(long, value_name = "DIR")]
+    pub source: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -71,6 +74,101 @@ fn python_wrapper(torch_dir: &Path, query: &str) -> Option<(String, u32)> {
     })
 }
 
+const TRACE_CALL: &str = r#"
+import json, sys
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ran = []
+
+class Ops(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.replace("aten::", "")
+        if func._overloadname != "default":
+            name += "." + func._overloadname
+        ran.append((name, "backward" if torch._C._current_graph_task_id() != -1 else "forward"))
+        return func(*args, **(kwargs or {}))
+
+env = {"torch": torch, "F": F, "nn": torch.nn}
+with Ops():
+    out = eval(sys.argv[1], env)
+    outs = [out] if isinstance(out, torch.Tensor) else [o for o in (out if isinstance(out, (list, tuple)) else []) if isinstance(o, torch.Tensor)]
+    outs = [o for o in outs if o.requires_grad]
+    if outs:
+        torch.autograd.backward([o.sum() for o in outs])
+seen = []
+for r in ran:
+    if r not in seen:
+        seen.append(r)
+print(json.dumps(seen))
+"#;
+
+/// `where "F.interpolate(torch.randn(1, 3, 8, 8, requires_grad=True), scale_factor=2)"`: runs
+/// the call (and its backward, when it needs grad) under a dispatch mode in the interpreter and
+/// answers for the ATen ops that actually ran, which the YAML alone cannot tell (decompositions).
+fn trace_call(expr: &str, index: &Index, format: Format) -> Result<i32, CliError> {
+    let python = std::env::var_os("GRADSLEUTH_PYTHON").unwrap_or_else(|| "python3".into());
+    let out = std::process::Command::new(&python)
+        .args(["-c", TRACE_CALL, expr])
+        .output()
+        .map_err(|e| CliError::Usage(format!("cannot run {}: {e}", python.to_string_lossy())))?;
+    let ran: Vec<(String, String)> = serde_json::from_slice(&out.stdout).map_err(|_| {
+        CliError::Usage(format!(
+            "the call failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ))
+    })?;
+    let answers: Vec<(String, String, Option<gradsleuth_native::Answer>)> = ran
+        .into_iter()
+        .map(|(op, phase)| {
+            let a = index.lookup(&op);
+            (op, phase, a)
+        })
+        .collect();
+    let mut w = anstream::stdout();
+    if format == Format::Json {
+        let v: Vec<serde_json::Value> = answers
+            .iter()
+            .map(|(op, phase, a)| serde_json::json!({"op": op, "phase": phase, "answer": a}))
+            .collect();
+        let _ = writeln!(
+            w,
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        );
+        return Ok(0);
+    }
+    let _ = writeln!(w, "{expr} ran these ATen ops:");
+    for (op, phase, a) in &answers {
+        let detail = a.as_ref().map_or(String::new(), |a| {
+            let o = a.overloads.first();
+            let cpu = o.and_then(|o| {
+                o.dispatch
+                    .get("CPU")
+                    .or_else(|| o.dispatch.get("CompositeExplicitAutograd"))
+            });
+            let node = o.and_then(|o| o.backward_node.clone());
+            format!(
+                "{}{}",
+                cpu.map(|k| format!("  CPU kernel at::native::{k}"))
+                    .unwrap_or_default(),
+                node.map(|n| format!("  backward node {n}"))
+                    .unwrap_or_default()
+            )
+        });
+        let _ = writeln!(w, "  {phase:<9} aten::{op}{detail}");
+    }
+    let _ = writeln!(
+        w,
+        "(`gradsleuth where aten::OP` gives the breakpoints for one of them)"
+    );
+    Ok(0)
+}
+
 pub fn run(args: WhereArgs) -> Result<i32, CliError> {
     let torch_dir = match &args.torch {
         Some(d) => d.clone(),
@@ -84,6 +182,9 @@ pub fn run(args: WhereArgs) -> Result<i32, CliError> {
     }
     let (index, _cached) =
         Index::load_or_build(&torch_dir, &cache_dir()).map_err(|e| CliError::Io(e.to_string()))?;
+    if args.op.contains('(') {
+        return trace_call(&args.op, &index, args.format);
+    }
     let wrapper = python_wrapper(&torch_dir, &args.op);
     let Some(mut answer) = index.lookup(&args.op) else {
         let mut msg = format!("{} is not an ATen op", args.op);
@@ -170,6 +271,27 @@ pub fn run(args: WhereArgs) -> Result<i32, CliError> {
     let _ = writeln!(out, "\ngdb (save as a file and run `gdb -x FILE --args python train.py`; loading torch's symbols takes 30-60 s):");
     for l in &answer.gdb {
         let _ = writeln!(out, "  {l}");
+    }
+    if let Some(src) = &args.source {
+        let kernels: Vec<String> = answer
+            .overloads
+            .iter()
+            .flat_map(|o| o.dispatch.values().cloned())
+            .chain(std::iter::once(answer.op.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let defs = gradsleuth_native::kernel_sources(src, &kernels);
+        let _ = writeln!(out, "\nkernel definitions in {}:", src.display());
+        if defs.is_empty() {
+            let _ = writeln!(
+                out,
+                "  none found under aten/src/ATen/native (is it a PyTorch checkout?)"
+            );
+        }
+        for (k, f, l) in defs {
+            let _ = writeln!(out, "  at::native::{k}  {f}:{l}");
+        }
     }
     if !answer.vscode_breakpoints.is_empty() {
         let _ = writeln!(

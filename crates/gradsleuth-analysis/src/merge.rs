@@ -511,6 +511,33 @@ impl Merger {
             findings.push(f);
         }
 
+        // Steps observed per rank (a rank that fell behind or stopped early shows here).
+        let mut by_steps: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+        for (&rank, info) in &self.ranks {
+            by_steps.entry(info.steps).or_default().insert(rank);
+        }
+        if !by_steps.is_empty() {
+            let text: Vec<String> = by_steps
+                .iter()
+                .map(|(steps, ranks)| format!("ranks {}: {steps}", rank_list(ranks)))
+                .collect();
+            let mut f = Finding::new(
+                "GS132",
+                Category::Other,
+                Severity::Info,
+                format!(
+                    "steps observed per rank: {}{}",
+                    text.join("; "),
+                    if by_steps.len() > 1 {
+                        " (the ranks did not get equally far)"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+            f.ranks = self.ranks.keys().copied().collect();
+            findings.push(f);
+        }
         // Parameters: one row each; `ranks` when the ranks disagree.
         for name in &self.param_order {
             let agg = &self.params[name];

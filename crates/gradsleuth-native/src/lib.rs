@@ -265,7 +265,22 @@ impl Index {
         let ders = read(site.join("torchgen/packaged/autograd/derivatives.yaml"))?;
         let ops = parse_yaml(&native, &ders)?;
         let library = torch_dir.join("lib/libtorch_cpu.so");
-        let (symbols, has_debug_info) = scan_symbols(&library, &ops)?;
+        let (mut symbols, has_debug_info) = scan_symbols(&library, &ops)?;
+        // CUDA kernels live in libtorch_cuda.so, when the install has it.
+        let cuda = torch_dir.join("lib/libtorch_cuda.so");
+        if cuda.exists() {
+            if let Ok((more, _)) = scan_symbols(&cuda, &ops) {
+                for (op, list) in more {
+                    let entry = symbols.entry(op).or_default();
+                    for mut s in list {
+                        s.role = format!("{} (CUDA)", s.role);
+                        if !entry.iter().any(|e| e.mangled == s.mangled) && entry.len() < 60 {
+                            entry.push(s);
+                        }
+                    }
+                }
+            }
+        }
         Ok(Index {
             torch_dir: torch_dir.display().to_string(),
             library: library.display().to_string(),
@@ -438,7 +453,11 @@ impl Index {
             "set pagination off".to_owned(),
             "handle SIGUSR1 SIGUSR2 SIGPIPE nostop noprint pass".to_owned(),
         ];
-        for s in symbols.iter().filter(|s| s.role != "dispatcher").take(12) {
+        for s in symbols
+            .iter()
+            .filter(|s| s.role != "dispatcher" && !s.role.ends_with("(CUDA)"))
+            .take(12)
+        {
             gdb.push(format!("break {}    # {}", s.mangled, s.demangled));
         }
         gdb.push("# stop at any failing TORCH_CHECK / C++ throw instead:".to_owned());

@@ -112,7 +112,23 @@ fn script_json(v: &serde_json::Value) -> String {
         .replace('&', "\\u0026")
 }
 
-fn params(out: &mut String, report: &Report) {
+fn params(out: &mut String, report: &Report, capture: Option<&Capture>) {
+    // Weight norms per step (from the capture), for the update-to-weight ratio column.
+    let weights: std::collections::HashMap<&str, Vec<f64>> = capture
+        .map(|c| {
+            let names: std::collections::HashMap<u64, &str> =
+                c.tensors.iter().map(|t| (t.key, t.name.as_str())).collect();
+            let mut out: std::collections::HashMap<&str, Vec<f64>> = Default::default();
+            for s in &c.steps {
+                for (k, w) in &s.weight_before {
+                    if let Some(n) = names.get(k) {
+                        out.entry(n).or_default().push(*w);
+                    }
+                }
+            }
+            out
+        })
+        .unwrap_or_default();
     if report.parameters.is_empty() {
         return;
     }
@@ -135,6 +151,7 @@ fn params(out: &mut String, report: &Report) {
         "optimizer",
         "grad norm per step",
         "update norm per step",
+        "update/weight per step",
     ]
     .iter()
     .enumerate()
@@ -156,6 +173,23 @@ fn params(out: &mut String, report: &Report) {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
+            let ratio = {
+                let w = weights.get(p.name.as_str());
+                let ratios: Vec<Option<f64>> = p
+                    .update_norm
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| {
+                        let w = *w?.get(i)?;
+                        u.filter(|_| w > 0.0).map(|u| u / w)
+                    })
+                    .collect();
+                if ratios.iter().any(Option::is_some) {
+                    serde_json::Value::from(series(&ratios))
+                } else {
+                    serde_json::Value::Null
+                }
+            };
             serde_json::json!([
                 p.name,
                 p.shape,
@@ -175,6 +209,7 @@ fn params(out: &mut String, report: &Report) {
                 } else {
                     serde_json::json!(last(&p.update_norm))
                 },
+                ratio,
             ])
         })
         .collect();
@@ -566,7 +601,7 @@ pub fn html(report: &Report, capture: Option<&Capture>) -> String {
             );
         }
     }
-    params(&mut out, report);
+    params(&mut out, report, capture);
     out.push_str("</body></html>\n");
     out
 }

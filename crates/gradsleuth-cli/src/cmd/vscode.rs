@@ -284,7 +284,8 @@ pub fn run(args: VscodeArgs) -> Result<i32, CliError> {
     let gdb_file = "# gdb commands for PyTorch (gdb -x .vscode/gradsleuth.gdb --args python train.py)\n\
 set breakpoint pending on\nset pagination off\nhandle SIGUSR1 SIGUSR2 SIGPIPE nostop noprint pass\n\
 # stop at any failing TORCH_CHECK or C++ throw:\n# break c10::detail::torchCheckFail\n# catch throw\n\
-# `gradsleuth where torch.relu` prints the exact break lines for an op.\n";
+# `gradsleuth where torch.relu` prints the exact break lines for an op.\n\
+# Python frames (py-bt): load Python's python3.X-gdb.py; `gradsleuth doctor` prints the line.\n";
     let files = [
         ("launch.json", launch_old, launch),
         ("c_cpp_properties.json", cpp_old, cpp_new),

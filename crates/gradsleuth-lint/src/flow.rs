@@ -200,7 +200,7 @@ const OPAQUE_BUILTINS: &[&str] = &[
     "issubclass",
 ];
 
-fn is_optimizer_ctor(name: &str) -> bool {
+pub(crate) fn is_optimizer_ctor(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name);
     (name.contains("optim.") || name.starts_with("optim"))
         && last.chars().next().is_some_and(char::is_uppercase)

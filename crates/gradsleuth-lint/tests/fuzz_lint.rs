@@ -1,5 +1,6 @@
-//! Fuzzing the parse-and-check path with proptest: every file of the seed corpus
-//! (`fuzz/corpus/`: real training scripts and the grammar's corners), mutated by deleting,
+//! Fuzzing the parse-and-check path with proptest: every file of the seed corpus (the case
+//! corpus's training scripts, `tests/cases/*/train.py`, and the grammar's corners in
+//! `fuzz/corpus/`), mutated by deleting,
 //! duplicating, inserting, swapping and truncating, and arbitrary text. The property:
 //! `lint_source` returns (findings or a syntax error) and never panics. Shrunk failures are
 //! kept in `proptest-regressions/` next to this file and replayed first.
@@ -9,11 +10,18 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 
 fn corpus() -> Vec<String> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(crate_dir.join("fuzz/corpus"))
         .expect("fuzz corpus")
         .map(|e| e.unwrap().path())
         .collect();
+    let cases = crate_dir.join("../../tests/cases");
+    files.extend(
+        std::fs::read_dir(&cases)
+            .expect("the case corpus")
+            .map(|e| e.unwrap().path().join("train.py"))
+            .filter(|p| p.exists()),
+    );
     files.sort();
     files
         .iter()
@@ -113,7 +121,7 @@ proptest! {
 #[test]
 fn the_corpus_parses() {
     let corpus = corpus();
-    assert!(corpus.len() >= 9);
+    assert!(corpus.len() >= 60);
     for src in &corpus {
         gradsleuth_lint::lint_source("seed.py", src).expect("seed files are valid Python");
     }

@@ -71,6 +71,30 @@ fn truncate_path(name: &str, depth: usize) -> String {
     name.split('.').take(depth).collect::<Vec<_>>().join(".")
 }
 
+/// A module path as a box title (`(model)` for the root's own ops).
+fn display(name: &str) -> String {
+    if name.is_empty() {
+        "(model)".into()
+    } else {
+        name.to_owned()
+    }
+}
+
+impl Cluster {
+    fn new(name: String, class: String, members: Vec<String>) -> Cluster {
+        Cluster {
+            name,
+            class,
+            members,
+            nodes: 0,
+            status: None,
+            unreached: 0,
+            column: 0,
+            row: 0,
+        }
+    }
+}
+
 /// Groups the graph into module clusters at a depth that keeps the picture small.
 pub fn picture(capture: &Capture, report: &Report) -> Option<Picture> {
     let g: &GraphRec = capture.graph.as_ref()?;
@@ -169,20 +193,7 @@ pub fn picture(capture: &Capture, report: &Report) -> Option<Picture> {
                 i
             }
             None => {
-                clusters.push(Cluster {
-                    name: if name.is_empty() {
-                        "(model)".into()
-                    } else {
-                        name.clone()
-                    },
-                    class,
-                    members: vec![name.clone()],
-                    nodes: 0,
-                    status: None,
-                    unreached: 0,
-                    column: 0,
-                    row: 0,
-                });
+                clusters.push(Cluster::new(display(name), class, vec![name.clone()]));
                 if let Some(k) = key {
                     by_key.insert(k, clusters.len() - 1);
                 }
@@ -206,16 +217,7 @@ pub fn picture(capture: &Capture, report: &Report) -> Option<Picture> {
         }
     }
     let loss = clusters.len();
-    clusters.push(Cluster {
-        name: "loss".into(),
-        class: String::new(),
-        members: vec![],
-        nodes: 0,
-        status: None,
-        unreached: 0,
-        column: 0,
-        row: 0,
-    });
+    clusters.push(Cluster::new("loss".into(), String::new(), vec![]));
     let node_cluster: Vec<usize> = node_module
         .iter()
         .map(|m| {
@@ -248,20 +250,11 @@ pub fn picture(capture: &Capture, report: &Report) -> Option<Picture> {
         let idx = match cluster_of.get(&name) {
             Some(&i) => i,
             None => {
-                clusters.push(Cluster {
-                    name: if name.is_empty() {
-                        "(model)".into()
-                    } else {
-                        name.clone()
-                    },
-                    class: module_class.get(&name).cloned().unwrap_or_default(),
-                    members: vec![name.clone()],
-                    nodes: 0,
-                    status: None,
-                    unreached: 0,
-                    column: 0,
-                    row: 0,
-                });
+                clusters.push(Cluster::new(
+                    display(&name),
+                    module_class.get(&name).cloned().unwrap_or_default(),
+                    vec![name.clone()],
+                ));
                 cluster_of.insert(name, clusters.len() - 1);
                 clusters.len() - 1
             }

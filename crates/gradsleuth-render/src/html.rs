@@ -112,23 +112,25 @@ fn script_json(v: &serde_json::Value) -> String {
         .replace('&', "\\u0026")
 }
 
-fn params(out: &mut String, report: &Report, capture: Option<&Capture>) {
-    // Weight norms per step (from the capture), for the update-to-weight ratio column.
-    let weights: std::collections::HashMap<&str, Vec<f64>> = capture
-        .map(|c| {
-            let names: std::collections::HashMap<u64, &str> =
-                c.tensors.iter().map(|t| (t.key, t.name.as_str())).collect();
-            let mut out: std::collections::HashMap<&str, Vec<f64>> = Default::default();
-            for s in &c.steps {
-                for (k, w) in &s.weight_before {
-                    if let Some(n) = names.get(k) {
-                        out.entry(n).or_default().push(*w);
-                    }
-                }
+/// Weight norms per step, by parameter name (from the capture's optimizer steps).
+fn weights_by_name(capture: Option<&Capture>) -> std::collections::HashMap<&str, Vec<f64>> {
+    let mut out: std::collections::HashMap<&str, Vec<f64>> = Default::default();
+    let Some(c) = capture else { return out };
+    let names: std::collections::HashMap<u64, &str> =
+        c.tensors.iter().map(|t| (t.key, t.name.as_str())).collect();
+    for s in &c.steps {
+        for (k, w) in &s.weight_before {
+            if let Some(n) = names.get(k) {
+                out.entry(n).or_default().push(*w);
             }
-            out
-        })
-        .unwrap_or_default();
+        }
+    }
+    out
+}
+
+fn params(out: &mut String, report: &Report, capture: Option<&Capture>) {
+    // Weight norms per step, for the update-to-weight ratio column.
+    let weights = weights_by_name(capture);
     if report.parameters.is_empty() {
         return;
     }
@@ -427,21 +429,7 @@ fn first_steps(report: &Report, capture: Option<&Capture>) -> Option<WatchRec> {
     if steps == 0 {
         return None;
     }
-    let weight: std::collections::HashMap<&str, Vec<f64>> = capture
-        .map(|c| {
-            let names: std::collections::HashMap<u64, &str> =
-                c.tensors.iter().map(|t| (t.key, t.name.as_str())).collect();
-            let mut out: std::collections::HashMap<&str, Vec<f64>> = Default::default();
-            for s in &c.steps {
-                for (k, w) in &s.weight_before {
-                    if let Some(n) = names.get(k) {
-                        out.entry(n).or_default().push(*w);
-                    }
-                }
-            }
-            out
-        })
-        .unwrap_or_default();
+    let weight = weights_by_name(capture);
     let mut layers: std::collections::BTreeMap<String, Vec<&gradsleuth_model::ParamRow>> =
         Default::default();
     for p in &report.parameters {

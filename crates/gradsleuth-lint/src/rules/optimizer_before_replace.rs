@@ -21,7 +21,7 @@ pub const RULE: Rule = Rule {
 };
 
 /// Receivers of `.parameters()`/`.named_parameters()` in an expression.
-fn parameter_owners(e: &Expr, out: &mut Vec<String>) {
+pub(crate) fn parameter_owners(e: &Expr, out: &mut Vec<String>) {
     use ruff_python_ast::visitor::{self, Visitor};
     struct V<'o>(&'o mut Vec<String>);
     impl<'a> Visitor<'a> for V<'_> {
@@ -42,13 +42,7 @@ fn parameter_owners(e: &Expr, out: &mut Vec<String>) {
 }
 
 pub fn is_optimizer_call(e: &Expr) -> bool {
-    call_name(e).is_some_and(|n| {
-        let last = n.rsplit('.').next().unwrap_or(&n);
-        (n.contains("optim.") || n.starts_with("optim"))
-            && last.chars().next().is_some_and(char::is_uppercase)
-            && !last.contains("Scheduler")
-            && !last.starts_with("LR")
-    })
+    call_name(e).is_some_and(|n| crate::flow::is_optimizer_ctor(&n))
 }
 
 /// Statements of a body in order, nested blocks flattened (not nested functions or classes).

@@ -7,9 +7,9 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, ModModule, Stmt};
 use ruff_text_size::{Ranged, TextRange};
 
-use super::optimizer_before_replace::is_optimizer_call;
+use super::optimizer_before_replace::{is_optimizer_call, parameter_owners};
 use super::{Rule, PARAMETER_FREE};
-use crate::checker::{call_name, dotted, Checker};
+use crate::checker::{call_name, Checker};
 
 pub const RULE: Rule = Rule {
     code: "GS323",
@@ -66,7 +66,7 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
             }
             Stmt::Assign(a) => {
                 let mut owners = Vec::new();
-                collect_owners(&a.value, &mut owners);
+                parameter_owners(&a.value, &mut owners);
                 for t in &a.targets {
                     if let (Expr::Name(n), false) = (t, owners.is_empty()) {
                         self.named.insert(n.id.to_string(), owners.clone());
@@ -108,7 +108,7 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
             }
             if is_optimizer_call(e) {
                 let mut owners = Vec::new();
-                collect_owners(e, &mut owners);
+                parameter_owners(e, &mut owners);
                 for a in c.arguments.args.iter() {
                     if let Expr::Name(n) = a {
                         owners.extend(self.named.get(n.id.as_str()).cloned().unwrap_or_default());
@@ -119,23 +119,6 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
         }
         visitor::walk_expr(self, e);
     }
-}
-
-fn collect_owners(e: &Expr, out: &mut Vec<String>) {
-    struct V<'o>(&'o mut Vec<String>);
-    impl<'a> Visitor<'a> for V<'_> {
-        fn visit_expr(&mut self, e: &'a Expr) {
-            if let Expr::Call(c) = e {
-                if let Expr::Attribute(a) = c.func.as_ref() {
-                    if matches!(a.attr.id.as_str(), "parameters" | "named_parameters") {
-                        self.0.push(dotted(&a.value).unwrap_or_default());
-                    }
-                }
-            }
-            visitor::walk_expr(self, e);
-        }
-    }
-    V(out).visit_expr(e);
 }
 
 pub fn check(ck: &mut Checker, module: &ModModule) {

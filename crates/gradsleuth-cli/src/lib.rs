@@ -28,7 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a training script unmodified, watch its first steps, print the diagnosis.
     Run(cmd::run::RunArgs),
-    /// Re-render a capture saved with `run --save-capture` (no Python needed).
+    /// Re-render saved captures; several (or a folder: the ranks of one job) are merged. No Python needed.
     Report(cmd::report::ReportArgs),
     /// Run the built-in demo: a realistic training script with silent bugs.
     Demo(cmd::demo::DemoArgs),

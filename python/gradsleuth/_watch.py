@@ -436,10 +436,12 @@ class Watch:
     def _localize(self, opt, names, w):
         step = w.steps
         trace = {"step": step, "params": names, "method": "replay", "notes": []}
+        t0 = time.perf_counter()
         try:
             self._replay(opt, trace)
         except Exception as e:  # noqa: BLE001 - a failed re-run must not break training
             trace["notes"].append(f"re-run failed: {type(e).__name__}: {e}")
+        self.localize_seconds = time.perf_counter() - t0
         self.localized = trace
         w.set_nan(json.dumps(trace))
 

@@ -244,3 +244,16 @@ def test_the_live_status_line(capsys):
             opt.step()
     err = capsys.readouterr().err
     assert "gradsleuth watch · step 1 · no anomalies" in err
+
+
+def test_an_anomaly_arms_an_op_level_step_that_finds_the_cut(tmp_path):
+    """The encoder stops learning at step 30 (a detach switched on by an inverted flag): the
+    monitor sees it stop, arms one op-level step, and that step finds the detach at its line."""
+    _, report = _watch("warmup_detach.py", tmp_path)
+    stopped = _only(report, "GS144")
+    assert "encoder.0.weight" in stopped["params"]
+    armed = [f for f in report["findings"] if f["message"].startswith("(op-level step armed by `stopped`")]
+    assert armed, json.dumps(report["findings"], indent=1)
+    (cut,) = [f for f in armed if f["category"] == "detach"]
+    assert cut["location"]["line"] == 22 and "h.detach()" in cut["location"]["snippet"]
+    assert "encoder.0.weight" in cut["params"]

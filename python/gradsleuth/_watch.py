@@ -185,6 +185,23 @@ class _Found(Exception):
     """Raised from a backward hook to stop the re-run's backward at the culprit."""
 
 
+# What an armed op-level step is for: where the graph was cut, or why a gradient is zero.
+_DEEP_CATEGORIES = {
+    "detach",
+    "data_attr",
+    "no_grad",
+    "rewrap",
+    "numpy_roundtrip",
+    "non_differentiable",
+    "dead_path",
+    "grad_clip",
+    "grad_hook",
+    "create_graph",
+    "loss_rewrap",
+    "unused",
+}
+
+
 def _loc(site):
     if not site or not site[0]:
         return None
@@ -227,6 +244,9 @@ class Watch:
         self._forward_state = {}  # id(model) -> dict(inputs, rng, outs, grads)
         self._replaying = False
         self.localized = None
+        self._armed_by = None  # (kind, step) of an anomaly waiting for its op-level step
+        self._deep_tracer = None
+        self._deep_runs = 0
         self.closed = False
         self.tracer = None  # the run's tracer, paused during a re-run
 
@@ -286,6 +306,8 @@ class Watch:
         if self.closed:
             return
         self.closed = True
+        if self._deep_tracer is not None and not self._deep_tracer.done:
+            self._deep_tracer.finish()
         for h in self._handles:
             try:
                 h.remove()
@@ -362,7 +384,12 @@ class Watch:
                 vals = torch.stack([n.float() for n in ns]).tolist() if _same_device(ns) else [float(n) for n in ns]
                 for i, v in zip(idx, vals):
                     norms[i] = v
-            first, _new = w.grads(norms)
+            first, new = w.grads(norms)
+            armable = [k for k in new if k in ("stopped", "dead", "exploding", "vanishing")]
+            if armable and self._armed_by is None and self._deep_runs < 3 and self._deep_tracer is None:
+                main = self.tracer
+                if main is None or main.done:
+                    self._armed_by = (armable[0], w.steps, w)
             if (w.steps % w.update_every) == 0:
                 self._before[id(opt)] = [_local(p).detach().clone() for p in params]
             if first:
@@ -402,9 +429,46 @@ class Watch:
         sys.stderr.flush()
 
     # ---- what a re-run needs -------------------------------------------------------------
+    def _arm_deep(self, module, args):
+        """An anomaly asked for an op-level look: trace this training step with a one-step
+        tracer of its own (started here, in the model's forward pre-hook, where registering
+        global hooks is safe; the root call it just missed is handed to it by hand)."""
+        from gradsleuth._core import Recorder
+        from gradsleuth._tracer import Tracer
+
+        kind, step, w = self._armed_by
+        self._armed_by = None
+        self._deep_runs += 1
+        rec = Recorder("run", 1)
+
+        def done(_t, rec=rec, kind=kind, step=step, w=w):
+            self._deep_tracer = None
+            try:
+                report = json.loads(rec.report_json())
+                keep = [
+                    f
+                    for f in report.get("findings", [])
+                    if f.get("severity") in ("error", "warning") and f.get("category") in _DEEP_CATEGORIES
+                ]
+                for f in keep:
+                    f["message"] = f"(op-level step armed by `{kind}` at step {step}) " + f["message"]
+                    f["steps"] = [step + 1]
+                w.add_deep(json.dumps(keep))
+            except Exception as e:  # noqa: BLE001
+                print(f"gradsleuth watch: armed capture: {type(e).__name__}: {e}", file=sys.stderr)
+
+        tracer = Tracer(rec, 1, on_done=done, deep=True).start()
+        self._deep_tracer = tracer
+        tracer._forward_pre(module, args)
+
     def _fwd_pre(self, module, args, kwargs):
         if self._replaying or self.closed:
             return None
+        if self._armed_by is not None and torch.is_grad_enabled():
+            try:
+                self._arm_deep(module, args)
+            except Exception as e:  # noqa: BLE001 - never break the user's forward
+                print(f"gradsleuth watch: arming: {type(e).__name__}: {e}", file=sys.stderr)
         st = self._forward_state.get(id(module))
         if st is None or not torch.is_grad_enabled():
             return None

@@ -112,6 +112,9 @@ pub struct WatchRec {
     /// Where TensorBoard event files were written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensorboard: Option<String>,
+    /// Findings of the op-level steps that anomalies armed (where the graph was cut).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deep: Vec<crate::finding::Finding>,
 }
 
 /// Detector thresholds (defaults and their reasoning in `docs/watch.md`).

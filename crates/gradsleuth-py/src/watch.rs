@@ -59,6 +59,14 @@ impl Watcher {
         Ok(())
     }
 
+    /// Findings of an op-level step armed by an anomaly (a JSON list of findings).
+    fn add_deep(&mut self, findings: &str) -> PyResult<()> {
+        let f: Vec<gradsleuth_model::Finding> = serde_json::from_str(findings)
+            .map_err(|e| PyValueError::new_err(format!("armed findings: {e}")))?;
+        self.monitor.add_deep(f);
+        Ok(())
+    }
+
     fn status_line(&self) -> String {
         self.monitor.status_line()
     }

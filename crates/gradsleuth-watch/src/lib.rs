@@ -71,6 +71,7 @@ pub struct Monitor {
     nan: Option<NanTrace>,
     tb: Option<tensorboard::EventWriter>,
     tb_error: Option<String>,
+    deep: Vec<gradsleuth_model::Finding>,
 }
 
 impl Monitor {
@@ -109,6 +110,7 @@ impl Monitor {
             nan: None,
             tb: None,
             tb_error: None,
+            deep: Vec::new(),
         }
     }
 
@@ -400,6 +402,11 @@ impl Monitor {
         false
     }
 
+    /// Findings of an op-level step that an anomaly armed.
+    pub fn add_deep(&mut self, findings: Vec<gradsleuth_model::Finding>) {
+        self.deep.extend(findings);
+    }
+
     /// The result of tracing the first non-finite gradient.
     pub fn set_nan(&mut self, nan: NanTrace) {
         self.nan = Some(nan);
@@ -457,6 +464,7 @@ impl Monitor {
             scaler: (self.scaler_total.0 > 0).then_some(self.scaler_total),
             nan: self.nan.clone(),
             tensorboard,
+            deep: self.deep.clone(),
         }
     }
 }
@@ -482,6 +490,7 @@ pub fn combine(records: Vec<WatchRec>) -> WatchRec {
         if out.tensorboard.is_none() {
             out.tensorboard = r.tensorboard;
         }
+        out.deep.extend(r.deep);
     }
     out
 }

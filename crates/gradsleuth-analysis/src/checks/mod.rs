@@ -74,6 +74,7 @@ pub const ALL: &[Check] = &[
     watch::dead::CHECK,
     watch::stopped::CHECK,
     watch::scaler_storm::CHECK,
+    watch::armed::CHECK,
     unexplained::CHECK,
 ];
 

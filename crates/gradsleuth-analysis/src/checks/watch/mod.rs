@@ -6,6 +6,7 @@ use gradsleuth_model::{Finding, Location};
 
 use crate::Context;
 
+pub mod armed;
 pub mod dead;
 pub mod exploding;
 pub mod nonfinite;

@@ -185,23 +185,6 @@ class _Found(Exception):
     """Raised from a backward hook to stop the re-run's backward at the culprit."""
 
 
-# What an armed op-level step is for: where the graph was cut, or why a gradient is zero.
-_DEEP_CATEGORIES = {
-    "detach",
-    "data_attr",
-    "no_grad",
-    "rewrap",
-    "numpy_roundtrip",
-    "non_differentiable",
-    "dead_path",
-    "grad_clip",
-    "grad_hook",
-    "create_graph",
-    "loss_rewrap",
-    "unused",
-}
-
-
 def _loc(site):
     if not site or not site[0]:
         return None
@@ -444,16 +427,7 @@ class Watch:
         def done(_t, rec=rec, kind=kind, step=step, w=w):
             self._deep_tracer = None
             try:
-                report = json.loads(rec.report_json())
-                keep = [
-                    f
-                    for f in report.get("findings", [])
-                    if f.get("severity") in ("error", "warning") and f.get("category") in _DEEP_CATEGORIES
-                ]
-                for f in keep:
-                    f["message"] = f"(op-level step armed by `{kind}` at step {step}) " + f["message"]
-                    f["steps"] = [step + 1]
-                w.add_deep(json.dumps(keep))
+                w.add_deep(rec.report_json(), kind, step)  # Rust keeps the cut findings
             except Exception as e:  # noqa: BLE001
                 print(f"gradsleuth watch: armed capture: {type(e).__name__}: {e}", file=sys.stderr)
 

@@ -59,11 +59,11 @@ impl Watcher {
         Ok(())
     }
 
-    /// Findings of an op-level step armed by an anomaly (a JSON list of findings).
-    fn add_deep(&mut self, findings: &str) -> PyResult<()> {
-        let f: Vec<gradsleuth_model::Finding> = serde_json::from_str(findings)
-            .map_err(|e| PyValueError::new_err(format!("armed findings: {e}")))?;
-        self.monitor.add_deep(f);
+    /// The report (JSON) of an op-level step armed by the anomaly `kind` at `step`.
+    fn add_deep(&mut self, report: &str, kind: &str, step: u64) -> PyResult<()> {
+        let r = gradsleuth_model::Report::from_json(report)
+            .map_err(|e| PyValueError::new_err(format!("armed report: {e}")))?;
+        self.monitor.add_deep(&r, kind, step);
         Ok(())
     }
 

@@ -402,9 +402,37 @@ impl Monitor {
         false
     }
 
-    /// Findings of an op-level step that an anomaly armed.
-    pub fn add_deep(&mut self, findings: Vec<gradsleuth_model::Finding>) {
-        self.deep.extend(findings);
+    /// The report of an op-level step that the anomaly `kind` at `step` armed: its findings
+    /// about cuts and zero gradients (warnings and errors) join the record, marked with what
+    /// armed them.
+    pub fn add_deep(&mut self, report: &gradsleuth_model::Report, kind: &str, step: u64) {
+        use gradsleuth_model::{Category as C, Severity};
+        const CUTS: &[C] = &[
+            C::Detach,
+            C::DataAttr,
+            C::NoGrad,
+            C::Rewrap,
+            C::NumpyRoundtrip,
+            C::NonDifferentiable,
+            C::DeadPath,
+            C::GradClip,
+            C::GradHook,
+            C::CreateGraph,
+            C::LossRewrap,
+            C::Unused,
+        ];
+        for f in &report.findings {
+            if f.severity >= Severity::Warning && CUTS.contains(&f.category) {
+                let mut f = f.clone();
+                f.message = format!(
+                    "(op-level step armed by `{kind}` at step {step}) {}",
+                    f.message
+                );
+                f.steps = vec![step as u32 + 1];
+                f.id = String::new();
+                self.deep.push(f);
+            }
+        }
     }
 
     /// The result of tracing the first non-finite gradient.

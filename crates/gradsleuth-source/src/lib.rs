@@ -112,22 +112,14 @@ impl SourceCache {
     /// `set_grad_enabled(False)` whose block contains `line`, or a decorator of the function.
     pub fn grad_disabler(&mut self, file: &str, line: u32) -> Option<u32> {
         let lines = self.lines(file)?;
-        let mut i = (line as usize).checked_sub(1)?;
-        let mut indent = lines.get(i).map(|l| indentation(l))?;
         let disables = |l: &str| {
             let l = strip_comment(l);
             l.contains("no_grad")
                 || l.contains("inference_mode")
                 || l.contains("set_grad_enabled(False")
         };
-        while i > 0 {
-            i -= 1;
-            let l = &lines[i];
-            let t = l.trim_start();
-            if t.is_empty() || t.starts_with('#') || indentation(l) >= indent {
-                continue;
-            }
-            indent = indentation(l);
+        for i in enclosing(lines, line) {
+            let t = lines[i].trim_start();
             if (t.starts_with("with ") || t.starts_with("async with ")) && disables(t) {
                 return Some(i as u32 + 1);
             }
@@ -150,17 +142,9 @@ impl SourceCache {
     /// the nearest `if`/`elif`/`else`/`while`/`for`/`case` whose block contains `line`.
     pub fn enclosing_branch(&mut self, file: &str, line: u32) -> Option<u32> {
         let lines = self.lines(file)?;
-        let mut i = (line as usize).checked_sub(1)?;
-        let mut indent = lines.get(i).map(|l| indentation(l))?;
-        while i > 0 {
-            i -= 1;
-            let l = &lines[i];
-            let t = l.trim_start();
-            if t.is_empty() || t.starts_with('#') || indentation(l) >= indent {
-                continue;
-            }
-            indent = indentation(l);
-            let word = t
+        for i in enclosing(lines, line) {
+            let word = lines[i]
+                .trim_start()
                 .split(|c: char| !c.is_alphanumeric() && c != '_')
                 .next()
                 .unwrap_or("");
@@ -182,6 +166,28 @@ impl SourceCache {
         }
         loc
     }
+}
+
+/// Indices of the lines that open the blocks around `line` (1-based), innermost first: going
+/// up, each non-blank, non-comment line indented less than the last one found.
+fn enclosing(lines: &[String], line: u32) -> impl Iterator<Item = usize> + '_ {
+    let start = (line as usize).checked_sub(1).filter(|i| *i < lines.len());
+    let mut indent = start.map_or(0, |i| indentation(&lines[i]));
+    let mut i = start.unwrap_or(0);
+    std::iter::from_fn(move || {
+        start?;
+        while i > 0 {
+            i -= 1;
+            let l = &lines[i];
+            let t = l.trim_start();
+            if t.is_empty() || t.starts_with('#') || indentation(l) >= indent {
+                continue;
+            }
+            indent = indentation(l);
+            return Some(i);
+        }
+        None
+    })
 }
 
 fn indentation(line: &str) -> usize {

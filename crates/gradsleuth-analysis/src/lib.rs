@@ -156,6 +156,31 @@ fn watch_rows(w: &gradsleuth_model::capture::WatchRec) -> Vec<gradsleuth_model::
         .collect()
 }
 
+/// Lint findings of a source file, linted once per process and file version (a merge analyses
+/// the same scripts once per rank).
+fn lint_cached(file: &str) -> Vec<Finding> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Key = (String, Option<std::time::SystemTime>);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Vec<Finding>>>> = OnceLock::new();
+    let key = (
+        file.to_owned(),
+        std::fs::metadata(file).and_then(|m| m.modified()).ok(),
+    );
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return hit;
+    }
+    let found = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|src| gradsleuth_lint::lint_source(file, &src).ok())
+        .unwrap_or_default();
+    if let Ok(mut c) = cache.lock() {
+        c.insert(key, found.clone());
+    }
+    found
+}
+
 /// A runtime finding that `gradsleuth lint` would have caught names the rule: the same
 /// category (or the optimizer pair) at the same line of the same file, found by linting the
 /// files the findings point to.
@@ -179,12 +204,9 @@ fn link_lint_rules(findings: &mut [Finding]) {
         if !loc.file.ends_with(".py") {
             continue;
         }
-        let lint = by_file.entry(loc.file.clone()).or_insert_with(|| {
-            std::fs::read_to_string(&loc.file)
-                .ok()
-                .and_then(|src| gradsleuth_lint::lint_source(&loc.file, &src).ok())
-                .unwrap_or_default()
-        });
+        let lint = by_file
+            .entry(loc.file.clone())
+            .or_insert_with(|| lint_cached(&loc.file));
         let hit = lint.iter().find(|l| {
             same(l.category, f.category)
                 && l.location.as_ref().is_some_and(|ll| ll.line == loc.line)

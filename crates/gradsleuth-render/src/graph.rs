@@ -71,6 +71,24 @@ fn truncate_path(name: &str, depth: usize) -> String {
     name.split('.').take(depth).collect::<Vec<_>>().join(".")
 }
 
+/// Tensor key -> qualified name.
+pub(crate) fn tensor_names(capture: &Capture) -> HashMap<u64, &str> {
+    capture
+        .tensors
+        .iter()
+        .map(|t| (t.key, t.name.as_str()))
+        .collect()
+}
+
+/// Parameter name -> status in the report.
+fn statuses(report: &Report) -> HashMap<&str, ParamStatus> {
+    report
+        .parameters
+        .iter()
+        .map(|p| (p.name.as_str(), p.status))
+        .collect()
+}
+
 /// A module path as a box title (`(model)` for the root's own ops).
 fn display(name: &str) -> String {
     if name.is_empty() {
@@ -128,16 +146,8 @@ pub fn picture(capture: &Capture, report: &Report) -> Option<Picture> {
         .iter()
         .filter_map(|t| Some((t.key, module_name.get(&t.module?)?.clone())))
         .collect();
-    let status: HashMap<&str, ParamStatus> = report
-        .parameters
-        .iter()
-        .map(|p| (p.name.as_str(), p.status))
-        .collect();
-    let tensor_name: HashMap<u64, &str> = capture
-        .tensors
-        .iter()
-        .map(|t| (t.key, t.name.as_str()))
-        .collect();
+    let status = statuses(report);
+    let tensor_name = tensor_names(capture);
 
     // The module of each node: a parameter leaf belongs to its parameter's module.
     let node_module: Vec<Option<String>> = g
@@ -540,16 +550,8 @@ pub fn dot(capture: &Capture, report: &Report) -> String {
         .iter()
         .map(|m| (m.key, m.name.as_str()))
         .collect();
-    let tensor_name: HashMap<u64, &str> = capture
-        .tensors
-        .iter()
-        .map(|t| (t.key, t.name.as_str()))
-        .collect();
-    let status: HashMap<&str, ParamStatus> = report
-        .parameters
-        .iter()
-        .map(|p| (p.name.as_str(), p.status))
-        .collect();
+    let tensor_name = tensor_names(capture);
+    let status = statuses(report);
     let mut by_module: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
         by_module

@@ -116,8 +116,7 @@ fn script_json(v: &serde_json::Value) -> String {
 fn weights_by_name(capture: Option<&Capture>) -> std::collections::HashMap<&str, Vec<f64>> {
     let mut out: std::collections::HashMap<&str, Vec<f64>> = Default::default();
     let Some(c) = capture else { return out };
-    let names: std::collections::HashMap<u64, &str> =
-        c.tensors.iter().map(|t| (t.key, t.name.as_str())).collect();
+    let names = crate::graph::tensor_names(c);
     for s in &c.steps {
         for (k, w) in &s.weight_before {
             if let Some(n) = names.get(k) {
@@ -420,41 +419,22 @@ fn chart(
 /// gradient norm per step (√ of the sum of its parameters' squared norms) and the mean
 /// update-to-weight ratio.
 fn first_steps(report: &Report, capture: Option<&Capture>) -> Option<WatchRec> {
-    let steps = report
-        .parameters
-        .iter()
-        .map(|p| p.grad_norm.len())
-        .max()
-        .unwrap_or(0);
+    let layers = crate::layer_series(report);
+    let steps = layers.first().map_or(0, |l| l.norms.len());
     if steps == 0 {
         return None;
     }
     let weight = weights_by_name(capture);
-    let mut layers: std::collections::BTreeMap<String, Vec<&gradsleuth_model::ParamRow>> =
-        Default::default();
-    for p in &report.parameters {
-        layers
-            .entry(
-                p.name
-                    .rsplit_once('.')
-                    .map_or(String::new(), |(l, _)| l.to_owned()),
-            )
-            .or_default()
-            .push(p);
-    }
     let layers = layers
         .into_iter()
-        .map(|(name, ps)| {
-            let buckets = (0..steps)
-                .map(|s| {
-                    let vals: Vec<Option<f64>> = ps
-                        .iter()
-                        .map(|p| p.grad_norm.get(s).copied().flatten())
-                        .collect();
-                    let present: Vec<f64> = vals.iter().flatten().copied().collect();
-                    let norm = (!present.is_empty())
-                        .then(|| present.iter().map(|v| v * v).sum::<f64>().sqrt());
-                    let ratios: Vec<f64> = ps
+        .map(|l| {
+            let buckets = l
+                .norms
+                .iter()
+                .enumerate()
+                .map(|(s, norm)| {
+                    let ratios: Vec<f64> = l
+                        .params
                         .iter()
                         .filter_map(|p| {
                             let u = p.update_norm.get(s).copied().flatten()?;
@@ -462,14 +442,15 @@ fn first_steps(report: &Report, capture: Option<&Capture>) -> Option<WatchRec> {
                             (w > 0.0).then_some(u / w)
                         })
                         .collect();
+                    let finite = norm.filter(|v| v.is_finite());
                     WatchBucket {
                         step: s as u64 + 1,
                         steps: 1,
-                        mean: norm.filter(|v| v.is_finite()),
-                        max: norm.filter(|v| v.is_finite()),
-                        min: norm.filter(|v| v.is_finite()),
-                        none: u64::from(present.is_empty()),
-                        zero: u64::from(norm == Some(0.0)),
+                        mean: finite,
+                        max: finite,
+                        min: finite,
+                        none: u64::from(norm.is_none()),
+                        zero: u64::from(*norm == Some(0.0)),
                         nonfinite: u64::from(norm.is_some_and(|v| !v.is_finite())),
                         update_ratio: (!ratios.is_empty())
                             .then(|| ratios.iter().sum::<f64>() / ratios.len() as f64),
@@ -477,7 +458,7 @@ fn first_steps(report: &Report, capture: Option<&Capture>) -> Option<WatchRec> {
                 })
                 .collect();
             WatchLayer {
-                name,
+                name: l.name,
                 stride: 1,
                 buckets,
             }

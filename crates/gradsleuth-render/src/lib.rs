@@ -157,42 +157,71 @@ pub fn text(report: &Report, opts: TextOptions) -> String {
     out
 }
 
-/// One sparkline per layer: its gradient norm per observed step on one log scale for all
-/// layers (` ` no gradient, `_` exactly zero, `!` NaN/Inf).
-pub fn flow_lines(report: &Report) -> Vec<(String, String)> {
+/// A layer (the parameters sharing a name prefix; `""` for the model's own) over the observed
+/// steps.
+pub(crate) struct LayerSeries<'r> {
+    pub name: String,
+    pub params: Vec<&'r gradsleuth_model::ParamRow>,
+    /// Per step: √ of the sum of its parameters' squared gradient norms (NaN if any is
+    /// non-finite; None when none had a gradient).
+    pub norms: Vec<Option<f64>>,
+}
+
+/// The report's parameters grouped into layers, in model order, with the layer gradient norm
+/// per observed step (what the text sparklines and the HTML charts draw).
+pub(crate) fn layer_series(report: &Report) -> Vec<LayerSeries<'_>> {
     let steps = report
         .parameters
         .iter()
         .map(|p| p.grad_norm.len())
         .max()
         .unwrap_or(0);
-    if steps < 2 {
-        return Vec::new();
-    }
-    let mut layers: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+    let mut layers: Vec<LayerSeries> = Vec::new();
     for p in &report.parameters {
-        let layer = p
-            .name
-            .rsplit_once('.')
-            .map_or("(model)", |(l, _)| l)
-            .to_owned();
-        let idx = match layers.iter().position(|(n, _)| *n == layer) {
+        let name = p.name.rsplit_once('.').map_or("", |(l, _)| l);
+        let idx = match layers.iter().position(|l| l.name == name) {
             Some(i) => i,
             None => {
-                layers.push((layer, vec![None; steps]));
+                layers.push(LayerSeries {
+                    name: name.to_owned(),
+                    params: Vec::new(),
+                    norms: vec![None; steps],
+                });
                 layers.len() - 1
             }
         };
+        let layer = &mut layers[idx];
+        layer.params.push(p);
         for (s, g) in p.grad_norm.iter().enumerate() {
             if let Some(g) = g {
-                let cur = layers[idx].1[s].unwrap_or(0.0);
-                layers[idx].1[s] = Some(if g.is_finite() {
+                let cur = layer.norms[s].unwrap_or(0.0);
+                layer.norms[s] = Some(if g.is_finite() {
                     (cur * cur + g * g).sqrt()
                 } else {
                     f64::NAN
                 });
             }
         }
+    }
+    layers
+}
+
+/// One sparkline per layer: its gradient norm per observed step on one log scale for all
+/// layers (` ` no gradient, `_` exactly zero, `!` NaN/Inf).
+pub fn flow_lines(report: &Report) -> Vec<(String, String)> {
+    let layers: Vec<(String, Vec<Option<f64>>)> = layer_series(report)
+        .into_iter()
+        .map(|l| {
+            let name = if l.name.is_empty() {
+                "(model)".to_owned()
+            } else {
+                l.name
+            };
+            (name, l.norms)
+        })
+        .collect();
+    if layers.first().is_none_or(|(_, v)| v.len() < 2) {
+        return Vec::new();
     }
     let logs: Vec<f64> = layers
         .iter()

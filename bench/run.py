@@ -278,6 +278,21 @@ def _nan_model():
     return Net()
 
 
+class _PrototypeNet(nn.Module):
+    """A one-shot classifier: an encoder, then each query's distance to each class's prototype,
+    written by hand at the very end. A query that duplicates a support sample sits at distance
+    exactly 0 from it, where sqrt's backward is 0/0. The culprit is the model's last op, so
+    watch re-runs the whole forward to reach it."""
+
+    def __init__(self, d=128, depth=8):
+        super().__init__()
+        self.body = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.GELU()) for _ in range(depth)])
+
+    def forward(self, support, query):
+        s, q = self.body(support), self.body(query)
+        return -torch.sqrt(((q[:, None] - s[None]) ** 2).sum(-1))  # distances as logits
+
+
 class _Attention(nn.Module):
     def __init__(self, d, heads):
         super().__init__()
@@ -323,7 +338,8 @@ class _TinyLM(nn.Module):
 
 
 def _nan_cases():
-    """(name, model maker, batch, loss): a NaN made in backward and one made in forward."""
+    """(name, model maker, the batch that makes the NaN, a finite batch, loss): a NaN made in
+    backward early in the model, one made in forward, one made in backward by the last op."""
     torch.manual_seed(0)
     x = torch.randn(16, 32, 64)
     x[:, -1] = 0.0
@@ -331,13 +347,25 @@ def _nan_cases():
     tokens = torch.randint(0, 100, (8, 32))
     keep = torch.ones(8, 32, dtype=torch.bool)
     keep[3] = False  # one sequence of the batch is all padding
+    support, query = torch.randn(10, 128), torch.randn(64, 128)
+    labels = torch.randint(0, 10, (64,))
+    dup = query.clone()
+    dup[5] = support[labels[5]]  # a query that is also the support sample of its class
     return (
-        ("sqrt of a zero length (backward NaN)", _nan_model, (x,), lambda out: F.cross_entropy(out, y)),
+        ("sqrt of a zero length (backward NaN)", _nan_model, (x,), (x + 1.0,), lambda out: F.cross_entropy(out, y)),
         (
             "fully masked attention row (forward NaN)",
             _TinyLM,
             (tokens, keep),
+            (tokens, torch.ones_like(keep)),
             lambda out: F.cross_entropy(out.flatten(0, 1), tokens.flatten()),
+        ),
+        (
+            "distance 0 at the model's last op (backward NaN, the whole forward re-run)",
+            _PrototypeNet,
+            (support, dup),
+            (support, query),
+            lambda out: F.cross_entropy(out, labels),
         ),
     )
 
@@ -345,17 +373,64 @@ def _nan_cases():
 def _bench_nan(repeats=7):
     """One step whose gradients turn NaN: plain, with watch (which re-runs it with checks to
     find the op and line), and under detect_anomaly (which raises at the first NaN node)."""
-    for name, make, batch, loss_fn in _nan_cases():
-        _bench_nan_case(name, make, batch, loss_fn, repeats)
+    for case in _nan_cases():
+        _bench_nan_case(*case, repeats)
 
 
-def _bench_nan_case(name, make, batch, loss_fn, repeats):
+def _trained(make, clean, loss_fn, steps=3):
+    """A model and optimizer that have trained a few finite steps (Adam's state made)."""
+    model = make()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        loss = loss_fn(model(*clean))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+def _where_anomaly_stops(make, batch, clean, loss_fn, node_name):
+    """How far into the plain backward detect_anomaly got before raising: the fraction of the
+    backward's time elapsed when the first `node_name` node returning a NaN finished (node
+    hooks on every node, so only the fraction is read from this run, not its times)."""
+    model, opt = _trained(make, clean, loss_fn)
+    loss = loss_fn(model(*batch))
+    opt.zero_grad()
+    seen, todo, stamps = set(), [loss.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(f for f, _ in node.next_functions)
+        if type(node).__name__ == node_name:
+
+            def hook(grad_inputs, _grad_outputs):
+                if any(g is not None and bool(torch.isnan(g).any()) for g in grad_inputs):
+                    stamps.append(time.perf_counter())
+
+            node.register_hook(hook)
+    t0 = time.perf_counter()
+    loss.backward()
+    t1 = time.perf_counter()
+    return (min(stamps) - t0) / (t1 - t0) if stamps else 1.0
+
+
+def _bench_nan_case(name, make, batch, clean, loss_fn, repeats):
     from gradsleuth._watch import watch
 
+    marks = {"forward": [], "backward": []}
+
     def run(mode):
-        model = make()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        # A run that has trained a few finite steps (watch set up and warm), then the batch
+        # that turns the gradients NaN: the time of that one step.
+        model, opt = _trained(make, clean, loss_fn)
         w = watch(model, opt, status=False) if mode == "watch" else None
+        if w is not None:  # the steps before the NaN, watched
+            loss = loss_fn(model(*clean))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
         t0 = time.perf_counter()
         try:
             if mode == "anomaly":
@@ -364,9 +439,14 @@ def _bench_nan_case(name, make, batch, loss_fn, repeats):
                     opt.zero_grad()
                     loss.backward()
             else:
-                loss = loss_fn(model(*batch))
+                out = model(*batch)
+                if mode == "plain":
+                    marks["forward"].append((time.perf_counter() - t0) * 1e3)
+                loss = loss_fn(out)
                 opt.zero_grad()
                 loss.backward()
+                if mode == "plain":
+                    marks["backward"].append((time.perf_counter() - t0) * 1e3)
             opt.step()
         except RuntimeError as e:
             where = str(e).split("\n")[0][:70]
@@ -375,7 +455,7 @@ def _bench_nan_case(name, make, batch, loss_fn, repeats):
         elapsed = (time.perf_counter() - t0) * 1e3
         if w is not None:
             t = w.localized or {}
-            rerun[mode].append(getattr(w, "localize_seconds", 0.0) * 1e3)
+            rerun.append(getattr(w, "localize_seconds", 0.0) * 1e3)
             if t.get("backward_node"):
                 where = f"{t['backward_node']} (backward of {t.get('backward_op')}) at line {t['backward_at']['line']}"
             elif t.get("forward_op"):
@@ -384,53 +464,57 @@ def _bench_nan_case(name, make, batch, loss_fn, repeats):
         return elapsed, where
 
     res = {m: [] for m in ("plain", "watch", "anomaly")}
-    rerun = {"watch": []}
+    rerun = []
     where = {}
     for _ in range(repeats):
         for m in res:
             ms, w = run(m)
             res[m].append(ms)
             where[m] = w
-    print(f"\n## NaN step, {name}: median ms of {repeats} runs (added = cost over the plain step)")
     plain = statistics.median(res["plain"])
+    fwd, fb = statistics.median(marks["forward"]), statistics.median(marks["backward"])
+    # detect_anomaly raises inside backward, at the first node returning a NaN: its added cost
+    # is counted over the plain step up to that same point (the forward plus the part of the
+    # backward it ran); watch's over the whole plain step.
+    raised = where["anomaly"].split("'")[1] if where["anomaly"].count("'") >= 2 else ""
+    frac = _where_anomaly_stops(make, batch, clean, loss_fn, raised) if raised else 1.0
+    base = {"plain": plain, "watch": plain, "anomaly": fwd + frac * (fb - fwd)}
+    print(f"\n## NaN step, {name}: median ms of {repeats} runs")
+    print(
+        f"plain step {plain:.1f} ms: forward {fwd:.1f}, backward {fb - fwd:.1f}, optimizer {plain - fb:.1f};"
+        f" detect_anomaly stopped {frac:.0%} into the backward: plain to there {base['anomaly']:.1f} ms"
+    )
     for m in res:
         t = statistics.median(res[m])
-        print(f"{m:10}{t:9.1f} ms {t / plain:6.2f}x plain  added {t - plain:7.1f} ms   {where[m]}")
+        print(f"{m:10}{t:9.1f} ms {t / plain:6.2f}x plain  added {t - base[m]:7.1f} ms   {where[m]}")
     wt, at = statistics.median(res["watch"]), statistics.median(res["anomaly"])
-    added = (at - plain) / max(wt - plain, 1e-9)
-    rr = statistics.median(rerun["watch"])
+    rr = statistics.median(rerun)
     print(
         f"the step that localizes it: watch's re-run {rr:.1f} ms vs the same step under detect_anomaly {at:.1f} ms:"
         f" {at / max(rr, 1e-9):.1f}x cheaper (goal >= 3x)"
     )
+    w_added, a_added = wt - plain, at - base["anomaly"]
     print(
-        f"the whole NaN step, monitored step + re-run: {at / wt:.1f}x cheaper than under detect_anomaly,"
-        f" {added:.1f}x less added cost"
+        f"the whole NaN step (watch's monitoring + its re-run) adds {w_added:.1f} ms, detect_anomaly"
+        f" {a_added:.1f} ms: {a_added / max(w_added, 1e-9):.1f}x less added cost (goal >= 3x)"
     )
     # Nobody knows which step will go NaN: detect_anomaly has to be on from the start, watch is.
-    steady = _steady_costs(make, batch, loss_fn)
+    steady = _steady_costs(make, clean, loss_fn)
     for n in (100, 1000):
         anomaly_run = n * (steady["anomaly"] - steady["plain"])
-        # (a per-step cost lost in the timing noise counts as zero, the re-run as measured)
-        watch_run = n * max(steady["watch"] - steady["plain"], 0.0) + max(wt - plain, 0.0)
+        # (a per-step cost lost in the timing noise counts as zero, the NaN step as measured)
+        watch_run = n * max(steady["watch"] - steady["plain"], 0.0) + max(w_added, 0.0)
         print(
-            f"to trace a NaN at step {n}: detect_anomaly adds {anomaly_run / 1e3:.2f} s, watch "
-            f"{watch_run / 1e3:.2f} s ({anomaly_run / max(watch_run, 1e-9):.0f}x less; goal >= 3x)"
+            f"to trace a NaN at step {n}: detect_anomaly adds {anomaly_run:.0f} ms, watch "
+            f"{watch_run:.0f} ms ({anomaly_run / max(watch_run, 1e-9):.0f}x less)"
         )
 
 
-def _steady_costs(make, batch, loss_fn, n=20):
+def _steady_costs(make, clean, loss_fn, n=20):
     """Per-step ms of finite steps of the same model: plain, watched, under detect_anomaly."""
     from gradsleuth._watch import watch
 
-    def finite(b):
-        if b.dtype == torch.bool:
-            return torch.ones_like(b)
-        return b + 1.0 if b.is_floating_point() else b
-
-    clean = tuple(finite(b) for b in batch)
-    model = make()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model, opt = _trained(make, clean, loss_fn)
 
     def step():
         loss = loss_fn(model(*clean))
@@ -438,10 +522,7 @@ def _steady_costs(make, batch, loss_fn, n=20):
         loss.backward()
         opt.step()
 
-    out = {}
-    for _ in range(3):
-        step()
-    out["plain"] = median_ms(step, n)
+    out = {"plain": median_ms(step, n)}
     w = watch(model, opt, status=False)
     step()
     out["watch"] = median_ms(step, n)

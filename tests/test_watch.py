@@ -257,3 +257,13 @@ def test_an_anomaly_arms_an_op_level_step_that_finds_the_cut(tmp_path):
     (cut,) = [f for f in armed if f["category"] == "detach"]
     assert cut["location"]["line"] == 22 and "h.detach()" in cut["location"]["snippet"]
     assert "encoder.0.weight" in cut["params"]
+
+
+def test_a_sqrt_of_zero_whose_result_is_only_logged_is_not_blamed(tmp_path):
+    # Two sqrts of the same zero frames, the same parameters upstream: the re-run must not stop
+    # at the dashboard's (its backward never runs) but at the feature's, which made the NaN.
+    _, report = _watch("logged_energy_nan.py", tmp_path)
+    f = _only(report, "GS140")
+    assert f["steps"] == [12]
+    assert f["location"]["line"] == 25 and "length = torch.sqrt(" in f["location"]["snippet"]
+    assert "`SqrtBackward0`, the backward of `torch.sqrt` at line 25" in f["message"]

@@ -4,9 +4,10 @@ What torch demands from Python, and nothing more: optimizer step hooks that comp
 with one fused `torch._foreach_norm` on the tensors' own device (grads every step, updates every
 `update_every` steps) and hand plain floats to the Rust `Watcher` (aggregation, detectors,
 TensorBoard, the record); forward hooks on the watched models that keep what re-running a step
-needs (its inputs by reference, the RNG state, the gradient arriving at the output); and the
-re-run itself, when a gradient first turns NaN/Inf, under a `TorchFunctionMode` that checks
-every op's output and hooks every backward node.
+needs (its inputs by reference, the RNG state, the gradient arriving at the output, the graph's
+root nodes); and the re-run itself, when a gradient first turns NaN/Inf: a first pass under a
+`TorchFunctionMode` that stops the forward at the op that made the NaN (`_FindMode`), and only
+when that cannot decide, a second that records every op and hooks every backward node.
 
 The re-run happens in the optimizer's pre-step hook, before the weights change: the same
 inputs, the same weights, the same RNG state (restored after), buffers (BatchNorm statistics)
@@ -52,13 +53,32 @@ def _stats(t) -> dict:
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
         return d
     f = t.float()
-    finite = torch.isfinite(f)
-    d["nan"] = int(torch.isnan(f).sum())
-    d["inf"] = int(torch.isinf(f).sum())
-    d["zeros"] = int((f == 0).sum())
-    if bool(finite.any()):
-        v = f[finite]
-        d["min"], d["max"], d["mean"] = float(v.min()), float(v.max()), float(v.mean())
+    # The usual case, all finite (the inputs of an op that made the first NaN mostly are):
+    # four reductions. A NaN makes min and max NaN, an Inf makes them or the sum infinite.
+    mn, mx = torch.aminmax(f)
+    vals = torch.stack([f.sum(dtype=torch.float64), mn.double(), mx.double(), (f == 0).sum().double()]).tolist()
+    if all(math.isfinite(v) for v in vals[:3]):
+        d["nan"], d["inf"], d["zeros"] = 0, 0, int(vals[3])
+        d["min"], d["max"], d["mean"] = vals[1], vals[2], vals[0] / f.numel()
+        return d
+    nan, inf = torch.isnan(f), torch.isinf(f)
+    finite = ~(nan | inf)
+    n_finite = finite.sum()
+    # One read-back for all of it (a sync per number would cost more than the kernels).
+    vals = torch.stack(
+        [
+            nan.sum().double(),
+            inf.sum().double(),
+            (f == 0).sum().double(),
+            n_finite.double(),
+            torch.where(finite, f, math.inf).amin().double(),
+            torch.where(finite, f, -math.inf).amax().double(),
+            torch.where(finite, f, 0.0).sum(dtype=torch.float64),
+        ]
+    ).tolist()
+    d["nan"], d["inf"], d["zeros"] = int(vals[0]), int(vals[1]), int(vals[2])
+    if vals[3] > 0:
+        d["min"], d["max"], d["mean"] = vals[4], vals[5], vals[6] / vals[3]
     return d
 
 
@@ -84,11 +104,114 @@ def _op_name(func) -> str:
     return f"torch.{name}" if mod.startswith("torch") else f"{mod}.{name}"
 
 
+class _Stop(Exception):
+    """Raised from `_FindMode` to end the re-run's forward as soon as the origin is found."""
+
+
+# Ops whose derivative can be infinite (or 0/0) where their forward value is finite.
+_SINGULAR = frozenset(("sqrt", "rsqrt", "pow", "__pow__", "float_power", "acos", "asin", "atan2"))
+
+
+def _sequence_nr() -> int | None:
+    """The autograd sequence number the next node made on this thread gets: nodes made by the
+    same forward, replayed, get the same numbers counted from it."""
+    try:
+        return torch._C._autograd._get_sequence_nr()
+    except (AttributeError, RuntimeError):  # pragma: no cover - other torch versions
+        return None
+
+
+def _walk(roots):
+    seen, todo = set(), list(roots)
+    while todo:
+        n = todo.pop()
+        if n is None or n in seen:
+            continue
+        seen.add(n)
+        todo.extend(f for f, _ in n.next_functions)
+    return seen
+
+
+class _FindMode(TorchFunctionMode):
+    """The re-run's first pass: only the checks that can end the forward at the origin,
+    nothing recorded, so it costs the forward up to the culprit and little more. When it
+    does not stop, `_NanMode` re-runs the step and records everything.
+
+    - `stop_on_nan` (the output's gradient was non-finite: the forward or the loss made the
+      NaN): each op's output is checked as it runs; the first that made a NaN from inputs
+      without one is the origin.
+    - `nan_params` (ids of the parameters whose gradient is non-finite) with `params` (the
+      optimizer's): a NaN born in backward reaches exactly the parameters upstream of its node.
+      Once every NaN parameter has been used, the first op whose derivative is infinite at its
+      inputs and whose upstream parameters are exactly the NaN ones is the origin. (Any other
+      singular op is not: it would have made other parameters NaN, or spared some that are.)
+
+    An op whose result never reached the output (a statistic computed and detached for a log)
+    cannot be the origin: `original` (the step's own graph roots, and the sequence number its
+    forward started at) tells which nodes the step's backward reached, matched by sequence
+    number counted from the start of each forward. Without it, a NaN born in backward is not
+    stopped at (the second pass decides).
+    """
+
+    def __init__(self, stop_on_nan=False, nan_params=frozenset(), params=frozenset(), original=None):
+        super().__init__()
+        self.original = original  # (roots, seq0) of the step being replayed
+        self.reached = None  # sequence offset -> node type, of the nodes the output reaches
+        self.seq0 = None  # set when the re-run's forward starts
+        self.stop_on_nan = stop_on_nan
+        self.nan_params = nan_params
+        self.params = params
+        self.unused = set(nan_params)  # NaN parameters the forward has not used yet
+        self.stopped = None  # ("forward", op, site, stats) | ("singular", op, site, node, why, stats)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.stop_on_nan:
+            outs = _flat_tensors(out)
+            if any(_has_nan(t) for t in outs):
+                ins = _flat_tensors((args, kwargs))
+                node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
+                if not any(_has_nan(t) for t in ins) and (node is None or self._reached(node) is not False):
+                    stats = [_stats(t) for t in ins if t.is_floating_point()][:6]
+                    self.stopped = ("forward", _op_name(func), site_of(sys._getframe(1)), stats)
+                    raise _Stop
+        elif self.unused:
+            for t in _flat_tensors((args, kwargs)):
+                self.unused.discard(id(t))
+        elif self.nan_params and getattr(func, "__name__", "") in _SINGULAR:
+            self._singular_stop(func, sys._getframe(1), (args, kwargs), _flat_tensors(out))
+        return out
+
+    def _singular_stop(self, func, frame, inputs, outs):
+        node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
+        if node is None:
+            return
+        name = _op_name(func)
+        tensors = _flat_tensors(inputs)
+        why = _singular_at(name, tensors, inputs)
+        if not why or _upstream_leaves(node) & self.params != self.nan_params or not self._reached(node):
+            return
+        stats = [_stats(t) for t in tensors if t.is_floating_point()][:6]
+        self.stopped = ("singular", name, site_of(frame), type(node).__name__, why, stats)
+        raise _Stop
+
+    def _reached(self, node) -> bool | None:
+        """Whether the replayed step's backward reached this node's twin (None: unknown)."""
+        if self.original is None or self.seq0 is None:
+            return None
+        if self.reached is None:
+            roots, seq0 = self.original
+            self.reached = {
+                n._sequence_nr() - seq0: type(n).__name__ for n in _walk(roots) if type(n).__name__ != "AccumulateGrad"
+            }
+        return self.reached.get(node._sequence_nr() - self.seq0) == type(node).__name__
+
+
 class _NanMode(TorchFunctionMode):
     """During a re-run: for every autograd node an op made, that op and its line; and every
     op's inputs and outputs, kept (by reference, for the re-run only) so that the first op
-    whose output is non-finite can be found afterwards, without checking any op when the
-    forward turns out finite (the usual case: the NaN starts in backward)."""
+    whose output is non-finite can be found afterwards."""
 
     def __init__(self):
         super().__init__()
@@ -144,12 +267,17 @@ class _NanMode(TorchFunctionMode):
         return None
 
 
+def _upstream_leaves(node) -> set:
+    """Ids of the leaf tensors (parameters) whose gradient `node`'s backward reaches."""
+    return {id(n.variable) for n in _walk([node]) if getattr(n, "variable", None) is not None}
+
+
 def _has_nan(t) -> bool:
     t = _local(t)
     if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
         return False
-    if not math.isnan(float(t.detach().sum(dtype=torch.float64))):
-        return False  # any NaN would make the sum NaN
+    if not math.isnan(float(t.detach().sum())):
+        return False  # any NaN makes the sum NaN (an overflow makes it Inf, or NaN: checked below)
     return bool(torch.isnan(t).any())
 
 
@@ -376,7 +504,8 @@ class Watch:
             if (w.steps % w.update_every) == 0:
                 self._before[id(opt)] = [_local(p).detach().clone() for p in params]
             if first:
-                self._localize(opt, [names[i] for i in first], w)
+                bad = {id(params[i]) for i, v in enumerate(norms) if v is not None and not math.isfinite(v)}
+                self._localize(opt, [names[i] for i in first], w, bad)
             self._show_status(w)
         except Exception as e:  # noqa: BLE001 - never break the user's step
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
@@ -447,6 +576,8 @@ class Watch:
         if st is None or not torch.is_grad_enabled():
             return None
         st["inputs"] = (args, kwargs)
+        st["seq0"] = _sequence_nr()
+        st["roots"] = None
         st["rng"] = torch.get_rng_state()
         st["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         st["grads"] = {}
@@ -461,6 +592,10 @@ class Watch:
             return None
         outs = [t for t in _flat_tensors(output) if t.requires_grad]
         st["outs"] = len(outs)
+        # The graph's root nodes, until this model's next forward: after backward they hold no
+        # saved tensors, and the user's own `loss` keeps the same graph at least as long. A
+        # re-run checks against them that the op it stops at was on the path to the output.
+        st["roots"] = [t.grad_fn for t in outs if t.grad_fn is not None]
         grads = st["grads"]
         for i, t in enumerate(outs):
 
@@ -471,19 +606,19 @@ class Watch:
         return None
 
     # ---- NaN to the line ---------------------------------------------------------------------
-    def _localize(self, opt, names, w):
+    def _localize(self, opt, names, w, nan_params):
         step = w.steps
         trace = {"step": step, "params": names, "method": "replay", "notes": []}
         t0 = time.perf_counter()
         try:
-            self._replay(opt, trace)
+            self._replay(opt, trace, nan_params)
         except Exception as e:  # noqa: BLE001 - a failed re-run must not break training
             trace["notes"].append(f"re-run failed: {type(e).__name__}: {e}")
         self.localize_seconds = time.perf_counter() - t0
         self.localized = trace
         w.set_nan(json.dumps(trace))
 
-    def _replay(self, opt, trace):
+    def _replay(self, opt, trace, nan_params):
         params = {id(p) for g in opt.param_groups for p in g["params"]}
         model = st = None
         for s in self._forward_state.values():
@@ -507,21 +642,56 @@ class Watch:
         if tracer_active:
             self.tracer.active = False
         self._replaying = True
-        mode = _NanMode()
         hooks = []
         found = {}
-        try:
+
+        def forward(mode):
             torch.set_rng_state(st["rng"])
             if st.get("cuda_rng") is not None:
                 torch.cuda.set_rng_state_all(st["cuda_rng"])
-            with torch.enable_grad(), mode:
-                out = model(*args, **kwargs)
-            with torch.no_grad():
-                for b, copy in buffers:
-                    b.copy_(copy)
-            torch.set_rng_state(saved_rng)
-            if saved_cuda is not None:
-                torch.cuda.set_rng_state_all(saved_cuda)
+            try:
+                with torch.enable_grad(), mode:
+                    mode.seq0 = _sequence_nr()
+                    return model(*args, **kwargs)
+            except _Stop:
+                return None
+            finally:
+                with torch.no_grad():
+                    for b, copy in buffers:
+                        b.copy_(copy)
+                torch.set_rng_state(saved_rng)
+                if saved_cuda is not None:
+                    torch.cuda.set_rng_state_all(saved_cuda)
+
+        try:
+            # First pass, stopping at the origin. A non-finite gradient at the output: the
+            # forward (or the loss) made the NaN, so each op is checked as it runs. A finite one:
+            # the NaN was born in the model's backward, after the NaN parameters were used.
+            nan_params = frozenset(nan_params & params)
+            if not grads_finite or nan_params:
+                roots, seq0 = st.pop("roots", None), st.get("seq0")
+                original = (roots, seq0) if roots and seq0 is not None else None
+                find = _FindMode(stop_on_nan=not grads_finite, nan_params=nan_params, params=params, original=original)
+                out = forward(find)
+                if find.stopped is not None and find.stopped[0] == "forward":
+                    _, op, site, inputs = find.stopped
+                    trace["forward_op"], trace["forward_at"], trace["forward_inputs"] = op, _loc(site), inputs
+                    return
+                if find.stopped is not None:
+                    _, op, site, node_name, why, inputs = find.stopped
+                    trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
+                    trace["forward_inputs"] = inputs
+                    trace["method"] = "replay (forward values)"
+                    trace["notes"].append(why)
+                    return
+                if not grads_finite and all(_finite(t) for t in _flat_tensors(out)):
+                    # A finite output got a non-finite gradient: the loss code (outside the model) made it.
+                    trace["from_loss"] = True
+                    return
+            # Second pass, recording every op: an Inf-only forward, or a NaN born in backward
+            # that no op's forward values explain.
+            mode = _NanMode()
+            out = forward(mode)
             if not all(_finite(t) for t in _flat_tensors(out)):
                 # The forward itself went non-finite: that op is the origin; every backward node
                 # after it only carries the NaN along.

@@ -267,3 +267,13 @@ def test_a_sqrt_of_zero_whose_result_is_only_logged_is_not_blamed(tmp_path):
     assert f["steps"] == [12]
     assert f["location"]["line"] == 25 and "length = torch.sqrt(" in f["location"]["snippet"]
     assert "`SqrtBackward0`, the backward of `torch.sqrt` at line 25" in f["message"]
+
+
+def test_a_nan_in_the_first_step_of_a_run_is_traced_keyword_inputs_and_all(tmp_path):
+    # `run --watch` learns of the model from the run's tracer at its first call: that very
+    # step (called with keyword arguments only) must be re-runnable.
+    _, report = _watch("padded_lm_nan.py", tmp_path)
+    f = _only(report, "GS140")
+    assert f["steps"] == [1]
+    assert "first forward op with a non-finite output: `Tensor.softmax`" in f["message"]
+    assert f["location"]["line"] == 26 and "scores.softmax(" in f["location"]["snippet"]

@@ -167,6 +167,7 @@ def main(argv: list[str]) -> int:
 
             watch = Watch(roots=roots, log_dir=tensorboard)
             watch.tracer = tracer
+            tracer.on_root = watch.root_seen
             watch.start()
         tracer.start()
     except ImportError as e:

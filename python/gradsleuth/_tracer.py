@@ -146,6 +146,7 @@ class Tracer:
         self.steps = max(1, int(steps))
         self.on_done = on_done
         self.on_progress = on_progress
+        self.on_root = None  # called with a model the first time it is called as a root
         self.active = False
         self.done = False
         self._handles: list = []
@@ -369,6 +370,8 @@ class Tracer:
                     self._enter_op_mode()
                 if key not in self._roots:
                     self.add_root(module, frame=sys._getframe(1))
+                    if self.on_root is not None:
+                        self.on_root(module)
             elif key not in self._known_modules:
                 self._orphan(module, key)
             self._depth += 1

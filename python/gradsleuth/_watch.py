@@ -564,6 +564,27 @@ class Watch:
         self._deep_tracer = tracer
         tracer._forward_pre(module, args)
 
+    def root_seen(self, module):
+        """`run --watch`: the run's tracer saw `module` called as a root for the first time,
+        from its global pre-hook. Hooked now, its very first step can be re-run too: the
+        pre-hook registered here only runs from the next call, so this call's state is taken
+        here, and its inputs (keyword ones included) from a post hook, which does run for it."""
+        if self.closed or self._replaying or id(module) in self._forward_state:
+            return
+        try:
+            self._hook_model(module)
+            self._fwd_pre(module, (), {})
+            st = self._forward_state[id(module)]
+            st.pop("inputs", None)  # this call's, below
+
+            def first(_m, args, kwargs, _output):
+                handle.remove()
+                st["inputs"] = (args, kwargs)
+
+            handle = module.register_forward_hook(first, with_kwargs=True, prepend=True)
+        except Exception as e:  # noqa: BLE001 - never break the user's forward
+            print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
+
     def _fwd_pre(self, module, args, kwargs):
         if self._replaying or self.closed:
             return None

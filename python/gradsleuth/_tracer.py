@@ -147,6 +147,7 @@ class Tracer:
         self.on_done = on_done
         self.on_progress = on_progress
         self.on_root = None  # called with a model the first time it is called as a root
+        self._finish_pending = False  # done, waiting to be outside any op to finish
         self.active = False
         self.done = False
         self._handles: list = []
@@ -287,10 +288,22 @@ class Tracer:
                 self.rec.progress(self.steps, "done")
                 self.finish()
         elif not self._optimizers and self._backwards >= self.steps:
-            self.finish()
+            self._finish_when_outside()
         elif self._backwards >= self.steps * 64:
-            self.rec.note("observation ended after many backward calls without a completed optimizer step")
-            self.finish()
+            if not self._finish_pending:
+                self.rec.note("observation ended after many backward calls without a completed optimizer step")
+            self._finish_when_outside()
+
+    def _finish_when_outside(self):
+        """Finishes now, unless the op-level mode is inside an op (`backward()` and
+        `autograd.grad` are ops to a TorchFunctionMode): torch pushes the mode back on its stack
+        when the op returns, where nobody would pop it again and every later op of the run
+        would pay for it. Then the next root forward, or optimizer step, finishes."""
+        modes = [*self._pending_pop, self._mode]
+        if any(m is not None and m.inside for m in modes):
+            self._finish_pending = True
+            return
+        self.finish()
 
     # ---- op-level capture --------------------------------------------------------------
     def _enter_op_mode(self):
@@ -357,6 +370,9 @@ class Tracer:
     # ---- module hooks -----------------------------------------------------------------
     def _forward_pre(self, module, args):
         if not self.active:
+            return None
+        if self._finish_pending and self._depth == 0:
+            self.finish()
             return None
         try:
             key = self.key(module)

@@ -349,7 +349,8 @@ class Watch:
         self._last_status = 0.0
         self._watchers = {}  # id(opt) -> (Watcher, params, names)
         self._opt_refs = {}
-        self._before = {}
+        self._before = {}  # id(opt) -> the parameters before this step (a sampled step)
+        self._buffers = {}  # id(opt) -> buffers those copies go to, kept for the run
         self._handles = []
         self._patched = []
         self._forward_state = {}  # id(model) -> dict(inputs, rng, outs, grads)
@@ -358,6 +359,7 @@ class Watch:
         self._armed_by = None  # (kind, step) of an anomaly waiting for its op-level step
         self._deep_tracer = None
         self._deep_runs = 0
+        self._armed_kinds = set()
         self.closed = False
         self.tracer = None  # the run's tracer, paused during a re-run
 
@@ -430,6 +432,7 @@ class Watch:
         self._patched.clear()
         self._forward_state.clear()
         self._before.clear()
+        self._buffers.clear()
         if self._status:
             sys.stderr.write("\n")
             sys.stderr.flush()
@@ -496,13 +499,17 @@ class Watch:
                 for i, v in zip(idx, vals):
                     norms[i] = v
             first, new = w.grads(norms)
-            armable = [k for k in new if k in ("stopped", "dead", "exploding", "vanishing")]
+            # One op-level step per kind of anomaly (at most three per run): layer after layer
+            # vanishing is one story, and its op-level step tells it.
+            armable = [
+                k for k in new if k in ("stopped", "dead", "exploding", "vanishing") and k not in self._armed_kinds
+            ]
             if armable and self._armed_by is None and self._deep_runs < 3 and self._deep_tracer is None:
                 main = self.tracer
                 if main is None or main.done:
                     self._armed_by = (armable[0], w.steps, w)
             if (w.steps % w.update_every) == 0:
-                self._before[id(opt)] = [_local(p).detach().clone() for p in params]
+                self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
             if first:
                 bad = {id(params[i]) for i, v in enumerate(norms) if v is not None and not math.isfinite(v)}
                 self._localize(opt, [names[i] for i in first], w, bad)
@@ -511,6 +518,19 @@ class Watch:
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
         return None
 
+    def _copy_before(self, key, tensors):
+        """The parameters before the step, copied into buffers kept from one sampled step to the
+        next (one copy of the parameters, allocated once: a fresh allocation of that size costs
+        several times the copy itself, in page faults)."""
+        bufs = self._buffers.get(key)
+        if bufs is None or any(
+            b.shape != t.shape or b.dtype != t.dtype or b.device != t.device for b, t in zip(bufs, tensors)
+        ):
+            bufs = [torch.empty_like(t) for t in tensors]
+            self._buffers[key] = bufs
+        torch._foreach_copy_(bufs, tensors)
+        return bufs
+
     def _post(self, opt, args, kwargs):
         before = self._before.pop(id(opt), None)
         if before is None or self.closed:
@@ -518,8 +538,8 @@ class Watch:
         try:
             w, params, _ = self._watchers[id(opt)]
             after = [_local(p).detach() for p in params]
-            deltas = torch._foreach_sub(after, before)
-            dn = torch._foreach_norm(deltas)
+            torch._foreach_sub_(before, after)  # in place: the buffers now hold -update
+            dn = torch._foreach_norm(before)
             wn = torch._foreach_norm(after)
             both = dn + wn
             vals = torch.stack([n.float() for n in both]).tolist() if _same_device(both) else [float(n) for n in both]
@@ -551,6 +571,7 @@ class Watch:
         kind, step, w = self._armed_by
         self._armed_by = None
         self._deep_runs += 1
+        self._armed_kinds.add(kind)
         rec = Recorder("run", 1)
 
         def done(_t, rec=rec, kind=kind, step=step, w=w):

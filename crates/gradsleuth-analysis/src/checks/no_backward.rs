@@ -19,7 +19,9 @@ pub const CHECK: Check = Check {
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let cap = ctx.capture;
-    if !cap.backwards.is_empty() {
+    // `gradsleuth.watch(...).report()` records no forward or backward, only the optimizer
+    // steps it watched: gradients were computed.
+    if !cap.backwards.is_empty() || cap.watch.as_ref().is_some_and(|w| w.steps > 0) {
         return Vec::new();
     }
     // Every parameter is explained by this: nothing could reach it.
@@ -62,5 +64,21 @@ mod tests {
     #[test]
     fn silent_when_backward_ran() {
         assert!(healthy(2).run(&CHECK).is_empty());
+    }
+
+    #[test]
+    fn silent_when_watch_saw_optimizer_steps() {
+        let mut s = healthy(0);
+        s.capture.watch = Some(gradsleuth_model::capture::WatchRec {
+            steps: 30,
+            ..Default::default()
+        });
+        assert!(s.run(&CHECK).is_empty());
+        s.capture.watch.as_mut().unwrap().steps = 0;
+        assert_eq!(
+            s.run(&CHECK).len(),
+            1,
+            "a watch that saw no step explains nothing"
+        );
     }
 }

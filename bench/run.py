@@ -170,7 +170,7 @@ def median_ms(step, n, ctx=None):
     return statistics.median(ts) * 1e3
 
 
-def block_ms(step, n, block=10):
+def block_ms(step, n, block=20):
     """Median over `n` blocks of `block` consecutive steps of the mean step: a cost paid every
     `block`th step (watch's update ratios) counts, where a median of single steps would hide it."""
     ts = []
@@ -200,8 +200,8 @@ def _observing(deep_all):
 
 def _watching(step, n):
     """A steady step under `gradsleuth.watch(model, optimizer)` (norms every step, update
-    ratios every 10th, forward hooks kept ready to re-run a NaN step), as the mean over blocks
-    of 10 steps. One watch per model for all rounds, its hooks removed while the plain step is
+    ratios every 20th, forward hooks kept ready to re-run a NaN step), as the mean over blocks
+    of 20 steps. One watch per model for all rounds, its hooks removed while the plain step is
     timed: the steady state is after its first 40 steps (first sight of the model, and the
     op-level step an anomaly arms, once: the MLP's gradients do vanish), timed apart."""
     from gradsleuth._watch import watch
@@ -289,10 +289,10 @@ def bench_watch():
     """Steady-state cost of watch on the three models, and a NaN step localized by watch's
     re-run beside the same step under detect_anomaly()."""
     steps = compare(
-        "watch: steady-state per-step cost (mean of 10 consecutive steps)",
+        "watch: steady-state per-step cost (mean of 20 consecutive steps)",
         [("watch", _watching)],
-        rounds=9,
-        per_round=4,
+        rounds=30,
+        per_round=1,
         plain=block_ms,
     )
     for name, step in steps:

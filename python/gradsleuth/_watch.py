@@ -495,7 +495,7 @@ class Watch:
             norms = [None] * len(params)
             if grads:
                 ns = torch._foreach_norm(grads)
-                vals = torch.stack([n.float() for n in ns]).tolist() if _same_device(ns) else [float(n) for n in ns]
+                vals = _floats(ns)
                 for i, v in zip(idx, vals):
                     norms[i] = v
             first, new = w.grads(norms)
@@ -539,10 +539,7 @@ class Watch:
             w, params, _ = self._watchers[id(opt)]
             after = [_local(p).detach() for p in params]
             torch._foreach_sub_(before, after)  # in place: the buffers now hold -update
-            dn = torch._foreach_norm(before)
-            wn = torch._foreach_norm(after)
-            both = dn + wn
-            vals = torch.stack([n.float() for n in both]).tolist() if _same_device(both) else [float(n) for n in both]
+            vals = _floats(torch._foreach_norm(before + after))
             k = len(params)
             ratios = [(d / n) if n > 0 else None for d, n in zip(vals[:k], vals[k:])]
             w.updates(ratios)
@@ -842,8 +839,12 @@ class Watch:
             rec.set_watch(ws)
 
 
-def _same_device(tensors) -> bool:
-    return len({t.device for t in tensors}) <= 1
+def _floats(norms) -> list[float]:
+    """0-d tensors to floats with one read-back (a sync per tensor would cost more)."""
+    try:
+        return torch.stack(norms).float().tolist()  # one device (dtypes are promoted)
+    except RuntimeError:
+        return [float(n) for n in norms]
 
 
 def watch(model=None, optimizer=None, *, log_dir=None, thresholds=None, status=None) -> Watch:

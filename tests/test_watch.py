@@ -322,3 +322,43 @@ def test_the_armed_op_level_step_ends_with_its_step_in_the_api_too():
     assert armed and armed[0]["category"] == "detach", report.findings
     assert stacks == [0] * 80
     assert "GS100" not in {f["code"] for f in report.findings}
+
+
+def test_an_abandoned_forward_is_let_go_at_the_next_one():
+    """Watch keeps the graph roots of a model's last forward (to tell, in a re-run, which ops
+    reached the output). A forward whose output is dropped without backward (an evaluation
+    forgotten outside `no_grad`) keeps its saved activations through those roots: only until
+    the model's next forward, never longer, and nothing after `close()`."""
+    import gc
+    import weakref
+
+    import gradsleuth
+    import torch
+    import torch.nn as nn
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x):
+            h = self.fc(x)
+            self.last_hidden = weakref.ref(h)  # saved by sin for its backward (cos h)
+            return torch.sin(h).sum(-1)
+
+    model = Scale()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradsleuth.watch(model, opt, status=False) as w:
+        model(torch.randn(4, 6)).mean().backward()
+        opt.step()
+        model(torch.randn(4, 6))  # evaluation without no_grad, output dropped
+        abandoned = model.last_hidden
+        gc.collect()
+        assert abandoned() is not None  # held through the roots until the next forward
+        model(torch.randn(4, 6)).mean().backward()
+        gc.collect()
+        assert abandoned() is None
+        model(torch.randn(4, 6))
+        last = model.last_hidden
+    gc.collect()
+    assert last() is None and w.closed

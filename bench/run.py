@@ -435,22 +435,19 @@ def _where_anomaly_stops(make, batch, clean, loss_fn, node_name):
     """How far into the plain backward detect_anomaly got before raising: the fraction of the
     backward's time elapsed when the first `node_name` node returning a NaN finished (node
     hooks on every node, so only the fraction is read from this run, not its times)."""
+    from gradsleuth._watch import _walk
+
     model, opt = _trained(make, clean, loss_fn)
     loss = loss_fn(model(*batch))
     opt.zero_grad()
-    seen, todo, stamps = set(), [loss.grad_fn], []
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        todo.extend(f for f, _ in node.next_functions)
+    stamps = []
+
+    def hook(grad_inputs, _grad_outputs):
+        if any(g is not None and bool(torch.isnan(g).any()) for g in grad_inputs):
+            stamps.append(time.perf_counter())
+
+    for node in _walk([loss.grad_fn]):
         if type(node).__name__ == node_name:
-
-            def hook(grad_inputs, _grad_outputs):
-                if any(g is not None and bool(torch.isnan(g).any()) for g in grad_inputs):
-                    stamps.append(time.perf_counter())
-
             node.register_hook(hook)
     t0 = time.perf_counter()
     loss.backward()

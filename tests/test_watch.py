@@ -280,47 +280,27 @@ def test_a_nan_in_the_first_step_of_a_run_is_traced_keyword_inputs_and_all(tmp_p
 
 
 def test_the_armed_op_level_step_ends_with_its_step_in_the_api_too():
-    """`gradsleuth.watch(model, opt)` in a notebook: the encoder stops learning at step 30 and
-    the next step is traced at op level. That tracer ends inside `backward()` (an op, to torch's
-    function modes): its mode must not stay on torch's stack after it, where every later op of
-    the session would go through it. And the report has nothing to say about a missing backward."""
+    """`gradsleuth.watch(model, opt)` in a notebook, on the warm-up script's model: the encoder
+    stops learning at step 30 and the next step is traced at op level. That tracer ends inside
+    `backward()` (an op, to torch's function modes): its mode must not stay on torch's stack
+    after it, where every later op of the session would go through it. And the report has
+    nothing to say about a missing backward."""
+    import runpy
+
     import gradsleuth
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
     from torch.overrides import _get_current_function_mode_stack
 
-    class Model(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encoder = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 24))
-            self.head = nn.Linear(24, 4)
-            self.freeze_encoder = False
-
-        def forward(self, x):
-            h = self.encoder(x)
-            if self.freeze_encoder:
-                h = h.detach()
-            return self.head(h)
-
+    script = runpy.run_path(str(WATCH / "warmup_detach.py"))  # not as __main__: no training
     torch.manual_seed(0)
-    model = Model()
+    model = script["Model"]()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(7)
-    stacks = []
     with gradsleuth.watch(model, opt, status=False) as w:
-        for step in range(1, 81):
-            model.freeze_encoder = step >= 30
-            x, y = torch.randn(8, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            stacks.append(len(_get_current_function_mode_stack()))
+        script["train"](model, opt)
+        assert _get_current_function_mode_stack() == []
     report = w.report()
     armed = [f for f in report.findings if f["message"].startswith("(op-level step armed by `stopped`")]
     assert armed and armed[0]["category"] == "detach", report.findings
-    assert stacks == [0] * 80
     assert "GS100" not in {f["code"] for f in report.findings}
 
 

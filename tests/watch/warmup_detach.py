@@ -23,14 +23,18 @@ class Model(nn.Module):
         return self.head(h)
 
 
-torch.manual_seed(0)
-model = Model()
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-g = torch.Generator().manual_seed(7)
-for step in range(1, 81):
-    model.freeze_encoder = step >= WARMUP  # meant: step < WARMUP
-    x, y = torch.randn(8, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
-    loss = F.cross_entropy(model(x), y)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+def train(model, opt, steps=80):
+    g = torch.Generator().manual_seed(7)
+    for step in range(1, steps + 1):
+        model.freeze_encoder = step >= WARMUP  # meant: step < WARMUP
+        x, y = torch.randn(8, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model = Model()
+    train(model, torch.optim.Adam(model.parameters(), lr=1e-3))

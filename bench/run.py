@@ -30,7 +30,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from gradsleuth._core import Recorder, walk
+from gradsleuth._core import Recorder, graph_nodes, walk
 from gradsleuth._tracer import Tracer
 
 torch.set_num_threads(1)
@@ -435,8 +435,6 @@ def _where_anomaly_stops(make, batch, clean, loss_fn, node_name):
     """How far into the plain backward detect_anomaly got before raising: the fraction of the
     backward's time elapsed when the first `node_name` node returning a NaN finished (node
     hooks on every node, so only the fraction is read from this run, not its times)."""
-    from gradsleuth._watch import _walk
-
     model, opt = _trained(make, clean, loss_fn)
     loss = loss_fn(model(*batch))
     opt.zero_grad()
@@ -446,7 +444,7 @@ def _where_anomaly_stops(make, batch, clean, loss_fn, node_name):
         if any(g is not None and bool(torch.isnan(g).any()) for g in grad_inputs):
             stamps.append(time.perf_counter())
 
-    for node in _walk([loss.grad_fn]):
+    for node in graph_nodes(loss.grad_fn):
         if type(node).__name__ == node_name:
             node.register_hook(hook)
     t0 = time.perf_counter()

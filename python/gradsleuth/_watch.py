@@ -26,6 +26,7 @@ import weakref
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradsleuth._core import sequence_index, walk
 from gradsleuth._tracer import site_of
 
 
@@ -121,17 +122,6 @@ def _sequence_nr() -> int | None:
         return None
 
 
-def _walk(roots):
-    seen, todo = set(), list(roots)
-    while todo:
-        n = todo.pop()
-        if n is None or n in seen:
-            continue
-        seen.add(n)
-        todo.extend(f for f, _ in n.next_functions)
-    return seen
-
-
 class _FindMode(TorchFunctionMode):
     """The re-run's first pass: only the checks that can end the forward at the origin,
     nothing recorded, so it costs the forward up to the culprit and little more. When it
@@ -201,10 +191,7 @@ class _FindMode(TorchFunctionMode):
         if self.original is None or self.seq0 is None:
             return None
         if self.reached is None:
-            roots, seq0 = self.original
-            self.reached = {
-                n._sequence_nr() - seq0: type(n).__name__ for n in _walk(roots) if type(n).__name__ != "AccumulateGrad"
-            }
+            self.reached = sequence_index(*self.original)
         return self.reached.get(node._sequence_nr() - self.seq0) == type(node).__name__
 
 
@@ -269,7 +256,7 @@ class _NanMode(TorchFunctionMode):
 
 def _upstream_leaves(node) -> set:
     """Ids of the leaf tensors (parameters) whose gradient `node`'s backward reaches."""
-    return {id(n.variable) for n in _walk([node]) if getattr(n, "variable", None) is not None}
+    return set(walk(node)["leaves"])
 
 
 def _has_nan(t) -> bool:

@@ -46,6 +46,16 @@ pub fn walk<G: GraphSource>(
     roots: Vec<G::Node>,
     budget: usize,
 ) -> Result<Walk, G::Error> {
+    walk_visit(g, roots, budget, |_, _| Ok(()))
+}
+
+/// [`walk`], handing each node to `visit` once, in breadth-first order.
+pub fn walk_visit<G: GraphSource>(
+    g: &mut G,
+    roots: Vec<G::Node>,
+    budget: usize,
+    mut visit: impl FnMut(&mut G, &G::Node) -> Result<(), G::Error>,
+) -> Result<Walk, G::Error> {
     let mut seen: HashSet<G::Id> = HashSet::default();
     seen.reserve(1024);
     let mut seen_leaves: HashSet<u64> = HashSet::default();
@@ -65,6 +75,7 @@ pub fn walk<G: GraphSource>(
                 return Ok(out);
             }
             out.nodes += 1;
+            visit(g, &node)?;
             kids.clear();
             g.children(&node, &mut kids)?;
             if kids.is_empty() {
@@ -178,6 +189,18 @@ mod tests {
         g.adj[3] = vec![2];
         let w = walk(&mut g, vec![0], usize::MAX).unwrap();
         assert_eq!(w.leaves, vec![10]);
+    }
+
+    #[test]
+    fn visits_every_node_once_in_breadth_first_order() {
+        let mut seen = Vec::new();
+        let w = walk_visit(&mut diamond(), vec![0], 100, |_, n| {
+            seen.push(*n);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(w.nodes, 6);
     }
 
     #[test]

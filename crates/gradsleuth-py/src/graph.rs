@@ -1,6 +1,6 @@
 //! Graph walks over live autograd nodes (`grad_fn` objects).
 
-use gradsleuth_graph::{walk as walk_graph, GraphSource};
+use gradsleuth_graph::{walk as walk_graph, walk_visit, GraphSource};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -77,20 +77,67 @@ pub fn walk<'py>(
     roots: Bound<'py, PyAny>,
     budget: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let roots: Vec<Bound<'py, PyAny>> =
-        if roots.is_instance_of::<pyo3::types::PyList>() || roots.is_instance_of::<PyTuple>() {
-            roots.try_iter()?.collect::<PyResult<_>>()?
-        } else {
-            vec![roots]
-        };
-    let roots: Vec<_> = roots.into_iter().filter(|r| !r.is_none()).collect();
-    let w = walk_graph(&mut Live::new(py), roots, budget)?;
+    let w = walk_graph(&mut Live::new(py), root_list(roots)?, budget)?;
     let d = PyDict::new(py);
     d.set_item("nodes", w.nodes)?;
     d.set_item("edges", w.edges)?;
     d.set_item("leaves", w.leaves)?;
     d.set_item("truncated", w.truncated)?;
     Ok(d)
+}
+
+fn root_list<'py>(roots: Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let roots: Vec<Bound<'py, PyAny>> =
+        if roots.is_instance_of::<pyo3::types::PyList>() || roots.is_instance_of::<PyTuple>() {
+            roots.try_iter()?.collect::<PyResult<_>>()?
+        } else {
+            vec![roots]
+        };
+    Ok(roots.into_iter().filter(|r| !r.is_none()).collect())
+}
+
+/// Every node reachable from `roots` (a `grad_fn` or a list of them), breadth-first, at most
+/// `budget` of them.
+#[pyfunction]
+#[pyo3(signature = (roots, budget=10_000_000))]
+pub fn graph_nodes<'py>(
+    py: Python<'py>,
+    roots: Bound<'py, PyAny>,
+    budget: usize,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let mut nodes = Vec::new();
+    walk_visit(&mut Live::new(py), root_list(roots)?, budget, |_, n| {
+        nodes.push(n.clone());
+        Ok(())
+    })?;
+    Ok(nodes)
+}
+
+/// The nodes reachable from `roots`, by autograd sequence number counted from `base` (the
+/// number the forward that made them started at): `{offset: node type name}`. The same forward
+/// replayed makes its nodes in the same order, so a replayed node's offset finds its twin.
+/// Leaf-accumulating nodes have no sequence number of their own and are left out.
+#[pyfunction]
+#[pyo3(signature = (roots, base, budget=10_000_000))]
+pub fn sequence_index<'py>(
+    py: Python<'py>,
+    roots: Bound<'py, PyAny>,
+    base: i64,
+    budget: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let index = PyDict::new(py);
+    let seq = pyo3::intern!(py, "_sequence_nr");
+    walk_visit(&mut Live::new(py), root_list(roots)?, budget, |g, n| {
+        if g.leaf(n)?.is_some() {
+            return Ok(());
+        }
+        let Ok(nr) = n.call_method0(seq).and_then(|v| v.extract::<u64>()) else {
+            return Ok(());
+        };
+        index.set_item(nr as i64 - base, n.get_type().name()?)?;
+        Ok(())
+    })?;
+    Ok(index)
 }
 
 /// Names of the nodes from `grad_fn` down its first inputs to the leaf it came from

@@ -654,6 +654,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(graph::walk, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::graph_nodes, m)?)?;
+    m.add_function(wrap_pyfunction!(graph::sequence_index, m)?)?;
     m.add_function(wrap_pyfunction!(graph::grad_fn_chain, m)?)?;
     m.add("NORM_NAN", gradsleuth_analysis::facts::NORM_NAN)?;
     m.add("NORM_INF", gradsleuth_analysis::facts::NORM_INF)?;

@@ -568,10 +568,12 @@ def _steady_costs(make, clean, loss_fn, n=20):
     return out
 
 
-def bench_graph(blocks=8000, dot_timeout=120):
+def bench_graph(blocks=1000, experts=11, dot_timeout=120):
     """A ~100,000-node autograd graph: gradsleuth's HTML report (graph snapshot in Rust, layout
     and SVG in Rust) beside torchviz.make_dot + `dot -Tsvg` on the same graph; then the page
-    opened in headless Chromium."""
+    opened in headless Chromium. The model is wide (1,000 blocks of 11 parallel experts, all
+    active), a few thousand levels deep: within what gradsleuth reads of a graph (`MAX_DEPTH`),
+    where a chain of 8,000 residual blocks would be cut at that depth."""
     import os
     import shutil
     import subprocess
@@ -584,10 +586,13 @@ def bench_graph(blocks=8000, dot_timeout=120):
         def __init__(self, d):
             super().__init__()
             self.norm = nn.LayerNorm(d)
-            self.ff = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
+            self.experts = nn.ModuleList(
+                nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d)) for _ in range(experts)
+            )
 
         def forward(self, x):
-            return x + self.ff(self.norm(x))
+            h = self.norm(x)
+            return x + torch.stack([e(h) for e in self.experts]).mean(0)
 
     class Deep(nn.Module):
         def __init__(self):
@@ -636,7 +641,9 @@ def bench_graph(blocks=8000, dot_timeout=120):
     loss.backward()
     opt.step()
     tracer.finish()
-    nodes = len(json.loads(rec.to_json()).get("graph", {}).get("nodes", []))
+    snapshot = json.loads(rec.to_json()).get("graph", {})
+    nodes = len(snapshot.get("nodes", []))
+    assert not snapshot.get("truncated"), "the bench graph is deeper than gradsleuth reads"
     t0 = time.perf_counter()
     report = Report(rec.report_json(), rec.to_json())
     page = report.render("html")

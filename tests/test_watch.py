@@ -342,3 +342,13 @@ def test_an_abandoned_forward_is_let_go_at_the_next_one():
         last = model.last_hidden
     gc.collect()
     assert last() is None and w.closed
+
+
+def test_a_nan_no_forward_value_explains_is_found_by_running_backward(tmp_path):
+    # A "safe" sqrt behind torch.where: no zero goes in, the forward is finite, only a backward
+    # with a check on every node finds the node whose gradient turns NaN.
+    _, report = _watch("where_sqrt_nan.py", tmp_path)
+    f = _only(report, "GS140")
+    assert f["steps"] == [1]
+    assert "`SqrtBackward0`, the backward of `torch.sqrt` at line 20" in f["message"]
+    assert "torch.where(s > 0, torch.sqrt(s)" in f["location"]["snippet"]

@@ -17,6 +17,7 @@ the user's training continues exactly as it would have.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import sys
@@ -26,7 +27,7 @@ import weakref
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gradsleuth._core import sequence_index, walk
+from gradsleuth._core import graph_nodes, sequence_index, walk
 from gradsleuth._tracer import site_of
 
 
@@ -196,30 +197,36 @@ class _FindMode(TorchFunctionMode):
 
 
 class _NanMode(TorchFunctionMode):
-    """During a re-run: for every autograd node an op made, that op and its line; and every
-    op's inputs and outputs, kept (by reference, for the re-run only) so that the first op
-    whose output is non-finite can be found afterwards."""
+    """During a re-run: every op with its line, its inputs and outputs (kept by reference, for
+    the re-run only, so that the first op whose output is non-finite can be found afterwards)
+    and the autograd sequence number before it: the nodes an op made are numbered from there
+    to the next op's (`origin`). No `grad_fn` is read per op: a node read from Python keeps a
+    Python object, and torch frees long chains of those by recursion (`graph_nodes` bounds
+    the depth of what is read)."""
 
     def __init__(self):
         super().__init__()
-        self.nodes = {}  # grad_fn -> (op, site)
         self.ops = []  # (func, site, inputs, outputs)
+        self.seqs = []  # sequence number before each op
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        seq = _sequence_nr()
         out = func(*args, **kwargs)
         outs = _flat_tensors(out)
-        if not outs:
+        if not outs or seq is None:
             return out
-        site = site_of(sys._getframe(1))
-        self.ops.append((func, site, (args, kwargs), outs))
-        entry = None
-        for t in outs:
-            gf = t.grad_fn
-            if gf is not None and gf not in self.nodes:
-                entry = entry or (_op_name(func), site)
-                self.nodes[gf] = entry
+        self.ops.append((func, site_of(sys._getframe(1)), (args, kwargs), outs))
+        self.seqs.append(seq)
         return out
+
+    def origin(self, node):
+        """(op, site) of the op that made `node` (nodes inside a composite op count as its)."""
+        i = bisect.bisect_right(self.seqs, node._sequence_nr()) - 1
+        if i < 0 or type(node).__name__ == "AccumulateGrad":
+            return ("?", None)
+        func, site, _, _ = self.ops[i]
+        return (_op_name(func), site)
 
     def first_nonfinite(self):
         """(op, site, input stats) of the first op that made a NaN from inputs without one; if
@@ -238,6 +245,8 @@ class _NanMode(TorchFunctionMode):
         infinite at its inputs, among those whose node the gradient reaches: (op, site, node
         name, why, input stats)."""
         for func, site, inputs, outs in reversed(self.ops):
+            if getattr(func, "__name__", "") not in _SINGULAR:
+                continue
             node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
             if node is None or node not in reachable:
                 continue
@@ -739,26 +748,14 @@ class Watch:
             if not pairs:
                 trace["notes"].append("the re-run produced no output needing a gradient")
                 return
-            # Every backward node reachable from the outputs, each with the op that made it
-            # (nodes inside a composite op inherit it from the node above them).
-            origin = dict(mode.nodes)
-            todo = [t.grad_fn for t, _ in pairs if t.grad_fn is not None]
-            seen = set()
-            while todo:
-                node = todo.pop()
-                if node is None or node in seen:
-                    continue
-                seen.add(node)
-                for nxt, _ in node.next_functions:
-                    if nxt is not None and nxt not in origin:
-                        origin[nxt] = origin.get(node, ("?", None))
-                    todo.append(nxt)
+            # Every backward node reachable from the outputs (depth-bounded).
+            seen = set(graph_nodes([t.grad_fn for t, _ in pairs if t.grad_fn is not None]))
 
             # Most NaNs born in backward come from an op whose derivative is infinite where it
             # was evaluated (sqrt at 0, x**0.5 at 0, acos at ±1): found from the forward values
             # alone, without running backward.
             hit = mode.singular(seen)
-            mode.ops.clear()
+            mode.ops = [(func, site, None, ()) for func, site, _, _ in mode.ops]  # the tensors go
             if hit is not None:
                 op, site, node_name, why, inputs = hit
                 trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
@@ -774,7 +771,7 @@ class Watch:
                     return
                 if not all(_finite(g) for g in grad_inputs if g is not None):
                     found["node"] = type(node).__name__
-                    found["origin"] = origin.get(node, ("?", None))
+                    found["origin"] = mode.origin(node)
                     raise _Found
 
             for node in seen:

@@ -7,10 +7,21 @@
 //!
 //! gradsleuth does **not** walk the graph on the hot path: which parameters a backward reached
 //! comes from post-accumulate-grad hooks. A walk runs only when a chain or a picture is needed.
+//!
+//! Walks stop [`MAX_DEPTH`] levels below their roots. Reading a node from Python gives it a
+//! Python object that the node then keeps, and torch (2.15) frees a chain of such nodes by
+//! recursion through their objects' deallocators, not by its iterative deleter: once a chain
+//! of about 45,000 of them is freed, the user's process overflows its 8 MB stack and
+//! segfaults, long after the walk (`bench/run.py graph` found it). Bounding the depth of every
+//! walk bounds that recursion.
 
 use std::hash::Hash;
 
 use rustc_hash::FxHashSet as HashSet;
+
+/// Levels below the roots a walk goes at most: a quarter of the depth at which freeing the
+/// nodes a walk has read overflows an 8 MB stack.
+pub const MAX_DEPTH: usize = 10_000;
 
 /// What a walk needs to know about a node.
 pub trait GraphSource {
@@ -36,8 +47,10 @@ pub struct Walk {
     pub edges: usize,
     /// Leaf tensors reached, in the order first reached.
     pub leaves: Vec<u64>,
-    /// The walk stopped at its node budget.
+    /// The walk stopped at its node budget or at [`MAX_DEPTH`].
     pub truncated: bool,
+    /// Levels below the roots reached (breadth-first: the shortest distance).
+    pub depth: usize,
 }
 
 /// Breadth-first walk from `roots`, at most `budget` nodes.
@@ -69,6 +82,13 @@ pub fn walk_visit<G: GraphSource>(
     let mut next: Vec<G::Node> = Vec::new();
     let mut kids: Vec<G::Node> = Vec::new();
     while !frontier.is_empty() {
+        if out.depth == MAX_DEPTH {
+            out.truncated = true;
+            break;
+        }
+        if out.nodes > 0 {
+            out.depth += 1;
+        }
         for node in frontier.drain(..) {
             if out.nodes >= budget {
                 out.truncated = true;
@@ -127,6 +147,9 @@ where
         path.push(name(g, &node));
         if g.leaf(&node)? == Some(leaf) {
             return Ok(Some(path));
+        }
+        if depth == MAX_DEPTH {
+            continue;
         }
         kids.clear();
         g.children(&node, &mut kids)?;
@@ -204,6 +227,28 @@ mod tests {
     }
 
     #[test]
+    fn stops_at_max_depth() {
+        // A chain longer than MAX_DEPTH: the walk reads MAX_DEPTH + 1 levels and says so.
+        let n = MAX_DEPTH + 50;
+        let mut g = Synthetic {
+            adj: (0..n)
+                .map(|i| if i + 1 < n { vec![i + 1] } else { vec![] })
+                .collect(),
+            leaf: (0..n).map(|i| (i + 1 == n).then_some(7)).collect(),
+        };
+        let w = walk(&mut g, vec![0], usize::MAX).unwrap();
+        assert!(w.truncated);
+        assert_eq!((w.nodes, w.depth), (MAX_DEPTH + 1, MAX_DEPTH));
+        assert!(w.leaves.is_empty(), "the leaf is below the cap");
+        assert_eq!(
+            path_to_leaf(&mut g, 0, 7, usize::MAX, |_, n| n.to_string()).unwrap(),
+            None
+        );
+        let short = walk(&mut diamond(), vec![0], 100).unwrap();
+        assert_eq!((short.depth, short.truncated), (3, false));
+    }
+
+    #[test]
     fn stops_at_the_budget() {
         let w = walk(&mut diamond(), vec![0], 3).unwrap();
         assert!(w.truncated);
@@ -212,7 +257,8 @@ mod tests {
 
     #[test]
     fn long_chains_do_not_overflow_the_stack() {
-        let n = 1_000_000;
+        // As deep as a walk goes (a recursive walk would overflow a small test-thread stack).
+        let n = MAX_DEPTH + 1;
         let mut adj: Vec<Vec<usize>> = (0..n)
             .map(|i| if i + 1 < n { vec![i + 1] } else { vec![] })
             .collect();

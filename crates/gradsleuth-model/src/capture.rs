@@ -73,7 +73,7 @@ pub struct GraphRec {
     pub nodes: Vec<GraphNode>,
     /// (consumer, input): index pairs into `nodes`, in autograd's direction (loss → params).
     pub edges: Vec<(u32, u32)>,
-    /// The walk stopped at its node budget.
+    /// The walk stopped at its node budget or its depth limit.
     #[serde(default)]
     pub truncated: bool,
 }

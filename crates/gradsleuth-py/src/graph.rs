@@ -68,8 +68,9 @@ impl<'py> GraphSource for Live<'py> {
     }
 }
 
-/// Walks the graph from `grad_fn` (or a list of them), at most `budget` nodes. Returns
-/// `{"nodes", "edges", "leaves": [id(tensor), ...], "truncated"}`.
+/// Walks the graph from `grad_fn` (or a list of them), at most `budget` nodes and
+/// `MAX_DEPTH` levels. Returns `{"nodes", "edges", "leaves": [id(tensor), ...], "truncated",
+/// "depth"}`.
 #[pyfunction]
 #[pyo3(signature = (roots, budget=10_000_000))]
 pub fn walk<'py>(
@@ -83,6 +84,7 @@ pub fn walk<'py>(
     d.set_item("edges", w.edges)?;
     d.set_item("leaves", w.leaves)?;
     d.set_item("truncated", w.truncated)?;
+    d.set_item("depth", w.depth)?;
     Ok(d)
 }
 

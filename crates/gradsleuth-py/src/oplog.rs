@@ -165,8 +165,13 @@ const NON_DIFF: &[&str] = &[
 pub struct OpLog {
     /// The module whose forward is running (from the tracer's hooks).
     module: Option<u64>,
-    /// grad_fn address -> module that made it, for the graph picture.
-    node_module: FxHashMap<usize, Option<u64>>,
+    /// (autograd sequence number, module) at each change of the running module: a node made
+    /// with number n was made by the module of the last entry at or before n. Read from the
+    /// thread's counter, never from `grad_fn`: reading a node from Python gives it a Python
+    /// object it keeps, and freeing long chains of those recurses in torch (see
+    /// `gradsleuth_graph::MAX_DEPTH`).
+    module_timeline: Vec<(u64, Option<u64>)>,
+    sequence_nr: Py<PyAny>,
     funcs: FxHashMap<usize, FuncInfo>,
     /// Code object address -> (file, qualname), or None for frames to skip.
     frames: FrameWalker,
@@ -393,13 +398,6 @@ impl OpLog {
         for o in &outputs {
             if o.getattr(pyo3::intern!(py, "requires_grad"))?.is_truthy()? {
                 out_needs_grad = true;
-                if self.module.is_some() && self.node_module.len() < 1_000_000 {
-                    if let Ok(gf) = o.getattr(pyo3::intern!(py, "grad_fn")) {
-                        if !gf.is_none() {
-                            self.node_module.insert(gf.as_ptr() as usize, self.module);
-                        }
-                    }
-                }
             }
         }
         let mut site: Option<Option<Site>> = None;
@@ -658,6 +656,14 @@ pub fn parse_inplace_error(msg: &str) -> Option<(Vec<i64>, String, u64, u64)> {
     Some((shape.unwrap_or_default(), node, at, expected))
 }
 
+impl OpLog {
+    /// The module that was running when the node with sequence number `seq` was made.
+    fn module_at(&self, seq: u64) -> Option<u64> {
+        let i = self.module_timeline.partition_point(|(s, _)| *s <= seq);
+        i.checked_sub(1).and_then(|i| self.module_timeline[i].1)
+    }
+}
+
 #[pymethods]
 impl OpLog {
     #[new]
@@ -684,13 +690,30 @@ impl OpLog {
             ops: 0,
             errors: 0,
             module: None,
-            node_module: Default::default(),
+            module_timeline: Vec::new(),
+            sequence_nr: py
+                .import("torch._C._autograd")?
+                .getattr("_get_sequence_nr")?
+                .unbind(),
         })
     }
 
     /// The module whose forward is running now (set by the tracer's module hooks).
-    fn set_module(&mut self, key: Option<u64>) {
+    fn set_module(&mut self, py: Python<'_>, key: Option<u64>) {
         self.module = key;
+        if let Ok(seq) = self
+            .sequence_nr
+            .bind(py)
+            .call0()
+            .and_then(|s| s.extract::<u64>())
+        {
+            let len = self.module_timeline.len();
+            match self.module_timeline.last_mut() {
+                Some(last) if last.0 == seq => last.1 = key,
+                _ if len < 1_000_000 => self.module_timeline.push((seq, key)),
+                _ => {}
+            }
+        }
     }
 
     /// Snapshot of the autograd graph behind `loss` into the capture (at most `budget` nodes):
@@ -714,9 +737,11 @@ impl OpLog {
         let mut source = Live::new(py);
         let mut index: FxHashMap<usize, u32> = FxHashMap::default();
         let mut rec = gradsleuth_model::capture::GraphRec::default();
-        let mut stack: Vec<(Bound<'_, PyAny>, Option<u64>)> = vec![(root, None)];
+        // Depth-first, each node with its depth: no deeper than `MAX_DEPTH` (see there: freeing
+        // nodes Python has read recurses in torch).
+        let mut stack: Vec<(Bound<'_, PyAny>, Option<u64>, usize)> = vec![(root, None, 0)];
         let mut children = Vec::new();
-        while let Some((node, inherited)) = stack.pop() {
+        while let Some((node, inherited, depth)) = stack.pop() {
             let id = node.as_ptr() as usize;
             if index.contains_key(&id) {
                 continue;
@@ -725,7 +750,12 @@ impl OpLog {
                 rec.truncated = true;
                 break;
             }
-            let module = self.node_module.get(&id).copied().flatten().or(inherited);
+            let module = node
+                .call_method0(pyo3::intern!(py, "_sequence_nr"))
+                .and_then(|s| s.extract::<u64>())
+                .ok()
+                .and_then(|seq| self.module_at(seq))
+                .or(inherited);
             let param = gradsleuth_graph::GraphSource::leaf(&mut source, &node)?
                 .and_then(|addr| keys.get(&(addr as usize)).copied());
             let name = node.get_type().name()?.to_string();
@@ -736,10 +766,14 @@ impl OpLog {
                 module,
                 param,
             });
+            if depth == gradsleuth_graph::MAX_DEPTH {
+                rec.truncated = true;
+                continue;
+            }
             children.clear();
             gradsleuth_graph::GraphSource::children(&mut source, &node, &mut children)?;
             for c in children.drain(..) {
-                stack.push((c, module));
+                stack.push((c, module, depth + 1));
             }
         }
         // Edges, now that every node has an index (a second, cheap pass over the same nodes).
@@ -1055,7 +1089,7 @@ impl OpLog {
         self.loss_taint.clear();
         self.loss_rewraps.clear();
         self.grad_off.clear();
-        self.node_module.clear();
+        self.module_timeline.clear();
     }
 
     #[getter]

@@ -315,6 +315,19 @@ def _loc(site):
     return {"file": site[0], "line": site[1] or 1, "function": site[2]}
 
 
+def _forward_origin(trace, op, site, inputs):
+    """The forward op that made the first NaN, with its inputs' statistics."""
+    trace["forward_op"], trace["forward_at"], trace["forward_inputs"] = op, _loc(site), inputs
+
+
+def _singular_origin(trace, op, site, node_name, why, inputs):
+    """The op whose derivative is infinite at its inputs: its backward node made the NaN."""
+    trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
+    trace["forward_inputs"] = inputs
+    trace["method"] = "replay (forward values)"
+    trace["notes"].append(why)
+
+
 class Watch:
     """Monitors gradient health on every optimizer step of a run (see the module doc).
 
@@ -708,16 +721,9 @@ class Watch:
                 original = (roots, seq0) if roots and seq0 is not None else None
                 find = _FindMode(stop_on_nan=not grads_finite, nan_params=nan_params, params=params, original=original)
                 out = forward(find)
-                if find.stopped is not None and find.stopped[0] == "forward":
-                    _, op, site, inputs = find.stopped
-                    trace["forward_op"], trace["forward_at"], trace["forward_inputs"] = op, _loc(site), inputs
-                    return
                 if find.stopped is not None:
-                    _, op, site, node_name, why, inputs = find.stopped
-                    trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
-                    trace["forward_inputs"] = inputs
-                    trace["method"] = "replay (forward values)"
-                    trace["notes"].append(why)
+                    kind, *found_at = find.stopped
+                    (_forward_origin if kind == "forward" else _singular_origin)(trace, *found_at)
                     return
                 if not grads_finite and all(_finite(t) for t in _flat_tensors(out)):
                     # A finite output got a non-finite gradient: the loss code (outside the model) made it.
@@ -733,8 +739,7 @@ class Watch:
                 first = mode.first_nonfinite()
                 mode.ops.clear()
                 if first is not None:
-                    op, site, inputs = first
-                    trace["forward_op"], trace["forward_at"], trace["forward_inputs"] = op, _loc(site), inputs
+                    _forward_origin(trace, *first)
                 else:
                     trace["notes"].append("the forward output is non-finite, but no op made it from finite inputs")
                 return
@@ -757,11 +762,7 @@ class Watch:
             hit = mode.singular(seen)
             mode.ops = [(func, site, None, ()) for func, site, _, _ in mode.ops]  # the tensors go
             if hit is not None:
-                op, site, node_name, why, inputs = hit
-                trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
-                trace["forward_inputs"] = inputs
-                trace["method"] = "replay (forward values)"
-                trace["notes"].append(why)
+                _singular_origin(trace, *hit)
                 return
 
             def check(grad_inputs, grad_outputs, node=None):

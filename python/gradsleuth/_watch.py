@@ -148,12 +148,16 @@ class _FindMode(TorchFunctionMode):
         super().__init__()
         self.original = original  # (roots, seq0) of the step being replayed
         self.reached = None  # sequence offset -> node type, of the nodes the output reaches
-        self.seq0 = None  # set when the re-run's forward starts
+        self.seq0 = None  # the sequence number the re-run's forward starts at
         self.stop_on_nan = stop_on_nan
         self.nan_params = nan_params
         self.params = params
         self.unused = set(nan_params)  # NaN parameters the forward has not used yet
         self.stopped = None  # ("forward", op, site, stats) | ("singular", op, site, node, why, stats)
+
+    def __enter__(self):
+        self.seq0 = _sequence_nr()
+        return super().__enter__()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -699,7 +703,6 @@ class Watch:
                 torch.cuda.set_rng_state_all(st["cuda_rng"])
             try:
                 with torch.enable_grad(), mode:
-                    mode.seq0 = _sequence_nr()
                     return model(*args, **kwargs)
             except _Stop:
                 return None
@@ -742,11 +745,6 @@ class Watch:
                     _forward_origin(trace, *first)
                 else:
                     trace["notes"].append("the forward output is non-finite, but no op made it from finite inputs")
-                return
-            if not grads_finite:
-                # A finite output got a non-finite gradient: the loss code (outside the model) made it.
-                mode.ops.clear()
-                trace["from_loss"] = True
                 return
             outs = [t for t in _flat_tensors(out) if t.requires_grad]
             pairs = [(t, g) for t, g in zip(outs, out_grads) if g is not None]
@@ -793,7 +791,7 @@ class Watch:
             if found:
                 op, site = found["origin"]
                 trace["backward_node"], trace["backward_op"], trace["backward_at"] = found["node"], op, _loc(site)
-            elif not trace.get("from_loss"):
+            else:
                 trace["notes"].append("no backward node of the model made the non-finite gradient")
         finally:
             for h in hooks:

@@ -9,12 +9,22 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The report contract, kept in the repository: every report a test reads is validated.
+SCHEMA = json.loads((ROOT / "schema" / "report.schema.json").read_text())
 BIN = Path(sys.executable).parent
 GRADSLEUTH = str(BIN / "gradsleuth")
 CASES = sorted(p.parent for p in (ROOT / "tests" / "cases").glob("*/train.py"))
+
+
+def report_of(text: str) -> dict:
+    """A report parsed from JSON text, validated against the schema."""
+    report = json.loads(text)
+    jsonschema.validate(report, SCHEMA)
+    return report
 
 
 def run_gradsleuth(*args, cwd=None, timeout=600, env=None, input=None):
@@ -38,7 +48,7 @@ def run_json(script, *args, cwd, tmp_path, extra=()):
     """`gradsleuth run --format json` on a script; returns (process, report dict or None)."""
     out = Path(tmp_path) / "report.json"
     proc = run_gradsleuth("run", "--format", "json", "--out", out, *extra, script, *args, cwd=cwd)
-    report = json.loads(out.read_text()) if out.exists() else None
+    report = report_of(out.read_text()) if out.exists() else None
     return proc, report
 
 
@@ -58,7 +68,7 @@ def _run_case(case: Path):
     if out.exists():
         out.unlink()
     proc = run_gradsleuth("run", "--format", "json", "--out", out, *expected.get("args", []), "train.py", cwd=case)
-    report = json.loads(out.read_text()) if out.exists() else None
+    report = report_of(out.read_text()) if out.exists() else None
     if out.exists():
         out.unlink()
     return expected, proc, report

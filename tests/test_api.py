@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import ROOT
+from conftest import ROOT, report_of
 from gradsleuth._core import Recorder
 from gradsleuth._tracer import Tracer
 
@@ -78,7 +78,7 @@ def test_report_object():
     assert repr(report).startswith("<gradsleuth.Report: ")
     text = str(report)
     assert text.startswith("gradsleuth diagnose:") and "GS103" in text
-    data = json.loads(report.to_json())
+    data = report_of(report.to_json())
     assert data["command"] == "diagnose" and data["findings"] == report.findings
     assert not report.ok
 
@@ -140,7 +140,7 @@ def test_tracer_keeps_no_tensor_or_module_alive():
     del model, opt
     gc.collect()
     assert all(r() is None for r in refs), "the tracer holds a reference"
-    assert json.loads(rec.report_json())["findings"]
+    assert report_of(rec.report_json())["findings"]
 
 
 def test_hooks_and_patches_are_all_removed():
@@ -251,6 +251,6 @@ def test_compiled_submodule_is_reported_not_broken(tmp_path):
     proc = run_gradsleuth("run", "--format", "json", script, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "global hooks" not in proc.stderr
-    report = json.loads(proc.stdout[proc.stdout.index("{") :])
+    report = report_of(proc.stdout[proc.stdout.index("{") :])
     assert any(f["code"] == "GS191" for f in report["findings"])
     assert all(f["severity"] == "info" for f in report["findings"])

@@ -3,13 +3,12 @@ subprocess, its traceback captured and explained as a user would paste it."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import run_gradsleuth
+from conftest import report_of, run_gradsleuth
 
 REAL = {
     "backward_twice": "x = torch.randn(3, requires_grad=True)\ny = (x.exp() * 2).sum()\ny.backward()\ny.backward()",
@@ -50,7 +49,7 @@ def test_real_cpu_errors_are_explained_at_the_users_frame(signature, tmp_path):
     log = _traceback(REAL[signature], tmp_path)
     proc = run_gradsleuth("explain", "--format", "json", "-", input=log)
     assert proc.returncode == 1, proc.stderr
-    report = json.loads(proc.stdout)
+    report = report_of(proc.stdout)
     assert report["command"] == "explain"
     sigs = [f["explanation"]["signature"] for f in report["findings"]]
     assert signature in sigs, (sigs, log[-600:])
@@ -84,7 +83,7 @@ def test_a_torchrun_log_with_rank_prefixes(tmp_path):
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
     )
     proc = run_gradsleuth("explain", "--format", "json", log)
-    report = json.loads(proc.stdout)
+    report = report_of(proc.stdout)
     by_sig = {f["explanation"]["signature"]: f for f in report["findings"]}
     assert by_sig["ddp_unused_parameters"]["ranks"] == [0, 1]
     assert by_sig["ddp_unused_parameters"]["location"]["line"] == 88
@@ -119,7 +118,7 @@ def test_run_report_carries_the_explanation(write_script, tmp_path):
     )
     proc = run_gradsleuth("run", "--format", "json", "--out", tmp_path / "r.json", script, cwd=tmp_path)
     assert proc.returncode == 1
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = report_of((tmp_path / "r.json").read_text())
     err = report["error"]
     assert err["explanation"]["signature"] == "inplace_saved"
     assert err["explained_by"], "linked to the inplace_saved finding"

@@ -4,7 +4,6 @@ no console errors, user text rendered as text, a screenshot kept for a human to 
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_gradsleuth
+from conftest import ROOT, report_of, run_gradsleuth
 
 CASES = ROOT / "tests" / "cases"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -60,7 +59,7 @@ def _report(script: Path, tmp_path: Path, cwd: Path) -> tuple[Path, dict]:
     js = tmp_path / "report.json"
     run_gradsleuth("run", "--format", "html", "--out", html, script, cwd=cwd)
     run_gradsleuth("run", "--format", "json", "--out", js, script, cwd=cwd)
-    return html, json.loads(js.read_text())
+    return html, report_of(js.read_text())
 
 
 def test_the_report_in_chromium(tmp_path):

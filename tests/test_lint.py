@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_gradsleuth
+from conftest import ROOT, report_of, run_gradsleuth
 
 CASES = ROOT / "tests" / "cases"
 
@@ -58,7 +58,7 @@ STATIC = {
 def _lint_json(*args, cwd=None):
     proc = run_gradsleuth("lint", "--isolated", "--format", "json", *args, cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
-    return proc, json.loads(proc.stdout)
+    return proc, report_of(proc.stdout)
 
 
 def test_lint_agrees_with_the_runtime_on_static_bugs():
@@ -103,7 +103,7 @@ def test_lint_survives_bad_files(tmp_path):
     proc = run_gradsleuth("lint", "--format", "json", tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
     assert "panicked" not in proc.stderr
-    report = json.loads(proc.stdout)
+    report = report_of(proc.stdout)
     unchecked = {f["location"]["file"].rsplit("/", 1)[-1] for f in report["findings"] if f["code"] == "GS300"}
     assert {"broken.py", "latin1.py"} <= unchecked
 
@@ -196,7 +196,7 @@ def test_pyproject_configuration(tmp_path):
     )
     proc = run_gradsleuth("lint", "--format", "json", cwd=proj)
     assert proc.returncode == 0, proc.stderr  # fail-on = never
-    report = json.loads(proc.stdout)
+    report = report_of(proc.stdout)
     assert [f["code"] for f in report["findings"]] == ["GS316"]
     assert all("models" not in f["location"]["file"] for f in report["findings"])
     # Found from a subfolder too; the command line still wins for --fail-on.
@@ -221,12 +221,12 @@ def test_fix_and_diff_keep_meaning(tmp_path):
 
     proc = run_gradsleuth("lint", "--isolated", "--fix", "--format", "json", ".", cwd=proj)
     assert "fixed 3 finding(s) in 3 file(s)" in proc.stderr
-    assert {f["code"] for f in json.loads(proc.stdout)["findings"]} == {"GS316"}
+    assert {f["code"] for f in report_of(proc.stdout)["findings"]} == {"GS316"}
     # The fixed scripts run and now train every parameter: the runtime agrees.
     for name in ("moe.py", "clip.py"):
         out = tmp_path / f"{name}.json"
         run = run_gradsleuth("run", "--format", "json", "--out", out, name, cwd=proj)
-        report = json.loads(out.read_text())
+        report = report_of(out.read_text())
         assert [f for f in report["findings"] if f["severity"] == "error"] == [], (name, run.stderr[-2000:])
 
 

@@ -7,15 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import jsonschema
 import pytest
-from conftest import ROOT, run_gradsleuth, run_json
-
-SCHEMA = (
-    json.loads((ROOT.parent / "shared" / "report.schema.json").read_text())
-    if (ROOT.parent / "shared" / "report.schema.json").exists()
-    else None
-)
+from conftest import ROOT, report_of, run_gradsleuth, run_json
 
 TRAIN = textwrap.dedent(
     """
@@ -63,8 +56,6 @@ def test_json_report_is_valid_against_the_schema(write_script, tmp_path):
     script = write_script(TRAIN)
     proc, report = run_json(script, cwd=tmp_path, tmp_path=tmp_path)
     assert report is not None, proc.stderr
-    if SCHEMA is not None:
-        jsonschema.validate(report, SCHEMA)
     assert report["steps_observed"] == 3
     assert report["target"]["script"].endswith("train.py")
     assert report["environment"]["torch_version"].startswith("2.")
@@ -96,8 +87,8 @@ def test_save_capture_then_report_without_python(write_script, tmp_path):
     first = run_gradsleuth("run", "--save-capture", cap, "--format", "json", script, cwd=tmp_path)
     again = run_gradsleuth("report", cap, "--format", "json", cwd=tmp_path)
     assert again.returncode == 1
-    a = json.loads(first.stdout[first.stdout.index("{") :])
-    b = json.loads(again.stdout)
+    a = report_of(first.stdout[first.stdout.index("{") :])
+    b = report_of(again.stdout)
     assert a["findings"] == b["findings"] and a["parameters"] == b["parameters"]
     capture = json.loads(cap.read_text())
     assert capture["format"] == "gradsleuth-capture" and capture["version"] == 1
@@ -172,7 +163,7 @@ def test_a_script_that_raises_keeps_its_traceback_and_its_exit_code(write_script
     assert err.startswith("Traceback (most recent call last):")
     assert "line 13, in <module>" in err and "ValueError: bad batch at step 1" in err
     assert "gradsleuth" not in err and "runpy" not in err
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = report_of((tmp_path / "r.json").read_text())
     assert report["error"]["type"] == "ValueError"
     assert report["steps_observed"] == 2
 
@@ -204,7 +195,7 @@ def test_module_mode_and_relative_imports(tmp_path):
         "for _ in range(3):\n    o.zero_grad()\n    m(torch.randn(2, 3)).sum().backward()\n    o.step()\n"
     )
     proc = run_gradsleuth("run", "--format", "json", "-m", "trainer", cwd=pkg)
-    report = json.loads(proc.stdout)
+    report = report_of(proc.stdout)
     unused = [f for f in report["findings"] if f["category"] == "unused"]
     assert unused and unused[0]["params"] == ["unused.weight", "unused.bias"]
     assert unused[0]["location"]["file"] == "trainer/models.py" and unused[0]["location"]["line"] == 7

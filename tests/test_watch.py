@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_gradsleuth
+from conftest import ROOT, report_of, run_gradsleuth
 
 WATCH = ROOT / "tests" / "watch"
 
@@ -18,7 +18,7 @@ def _watch(script, tmp_path, *extra):
     out = tmp_path / "report.json"
     proc = run_gradsleuth("run", "--watch", "--format", "json", "--out", out, *extra, script, cwd=WATCH)
     assert out.exists(), proc.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = report_of(out.read_text())
     assert report["command"] == "watch"
     return proc, report
 

@@ -62,10 +62,11 @@ pub struct RankDigest {
 }
 
 impl RankDigest {
-    /// Analyses one rank's capture (its rank from `capture.dist`, else `fallback_rank`).
-    pub fn of(capture: &Capture, fallback_rank: u32) -> RankDigest {
+    /// Analyses one rank's capture (its rank from `capture.dist`, else `fallback_rank`),
+    /// its findings annotated by `annotate` (see [`crate::Annotate`]).
+    pub fn of(capture: &Capture, fallback_rank: u32, annotate: crate::Annotate) -> RankDigest {
         let rank = capture.dist.as_ref().map_or(fallback_rank, |d| d.rank);
-        let report = crate::analyze(capture);
+        let report = crate::analyze_annotated(capture, annotate);
         // An FSDP2 shard with no elements here says nothing about its parameter.
         let empty_shards: BTreeSet<&str> = capture
             .tensors
@@ -147,6 +148,8 @@ pub struct Merger {
     ranks: BTreeMap<u32, RankInfo>,
     missing: BTreeMap<u32, String>,
     timed_out: bool,
+    /// Applied to each rank's findings (see [`crate::Annotate`]).
+    annotate: Option<crate::Annotate>,
 }
 
 impl Merger {
@@ -155,6 +158,17 @@ impl Merger {
             world_size,
             ..Default::default()
         }
+    }
+
+    /// Each rank's findings annotated by `annotate` before they are merged.
+    pub fn annotated(mut self, annotate: crate::Annotate) -> Self {
+        self.annotate = Some(annotate);
+        self
+    }
+
+    /// What [`Merger::add`] applies to each rank's findings.
+    pub fn annotate(&self) -> crate::Annotate {
+        self.annotate.unwrap_or(|_| {})
     }
 
     /// The job was ended by `--timeout`: ranks not done were still running.
@@ -174,7 +188,7 @@ impl Merger {
 
     /// Folds one rank's capture in (its rank from `capture.dist`, else `fallback_rank`).
     pub fn add(&mut self, capture: &Capture, fallback_rank: u32) {
-        self.fold(RankDigest::of(capture, fallback_rank));
+        self.fold(RankDigest::of(capture, fallback_rank, self.annotate()));
     }
 
     /// Folds in a rank already digested (digests can be made in parallel, see

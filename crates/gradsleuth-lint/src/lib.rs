@@ -10,6 +10,8 @@
 //! parallel (rayon, with large stacks so deeply nested code cannot overflow). Unreadable,
 //! non-UTF-8 and unparsable files are reported and the run goes on.
 
+pub mod xref;
+pub use xref::cross_reference;
 pub mod checker;
 pub mod config;
 pub mod flow;

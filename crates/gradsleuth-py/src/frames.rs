@@ -1,41 +1,29 @@
-//! The user's own frames: the one place gradsleuth decides which Python frame is "user code".
-//!
-//! Frames of torch, of gradsleuth, of `<frozen ...>`/`<string>` code and of the stdlib modules
-//! that only forward calls (`runpy`, `contextlib`, `functools`) are skipped. What a code
-//! object is (skipped, or its absolute file and qualified name) is cached by its address, so a
-//! walk costs a few attribute reads per frame. Used by the op log for every recorded op and by
+//! Python frames read for the user's own code; which code that is, is decided in
+//! `gradsleuth_capture::site`. What a code object is (skipped, or its absolute file and
+//! qualified name) is cached by its address, so a walk costs a few attribute reads per frame. Used by the op log for every recorded op and by
 //! the tracer (through [`Frames`]) for backward, optimizer, zero_grad and scaler call sites.
 
 use std::sync::Arc;
 
+use gradsleuth_capture::{CodeFilter, Site};
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
 
 /// (absolute file, qualname) of a user code object.
 type CodeInfo = (Arc<str>, Arc<str>);
 
-/// Stdlib modules whose frames only forward calls.
-const FORWARDING: &[&str] = &["runpy.py", "contextlib.py", "functools.py"];
-
-/// A user frame: file, line, function.
-#[derive(Clone)]
-pub struct Site {
-    pub file: Arc<str>,
-    pub line: u32,
-    pub function: Arc<str>,
-}
-
-/// Walks frames, skipping everything that is not user code.
+/// Walks frames, skipping everything that is not user code (decided by
+/// `gradsleuth_capture::CodeFilter`, once per code object).
 pub struct FrameWalker {
     codes: FxHashMap<usize, Option<CodeInfo>>,
-    skip_prefixes: Vec<String>,
+    filter: CodeFilter,
 }
 
 impl FrameWalker {
     pub fn new(skip_prefixes: Vec<String>) -> Self {
         FrameWalker {
             codes: FxHashMap::default(),
-            skip_prefixes,
+            filter: CodeFilter::new(skip_prefixes),
         }
     }
 
@@ -48,17 +36,7 @@ impl FrameWalker {
             .getattr("co_filename")
             .and_then(|f| f.extract())
             .unwrap_or_default();
-        let base = std::path::Path::new(&file)
-            .file_name()
-            .and_then(|b| b.to_str())
-            .unwrap_or("");
-        let skip = file.starts_with('<')
-            || FORWARDING.contains(&base)
-            || self
-                .skip_prefixes
-                .iter()
-                .any(|p| file.starts_with(p.as_str()));
-        let info = if skip {
+        let info = if self.filter.skips(&file) {
             None
         } else {
             let func: String = code
@@ -66,15 +44,7 @@ impl FrameWalker {
                 .or_else(|_| code.getattr("co_name"))
                 .and_then(|f| f.extract())
                 .unwrap_or_default();
-            let path = std::path::Path::new(&file);
-            let file = if path.is_absolute() {
-                file
-            } else {
-                std::env::current_dir()
-                    .map(|d| d.join(path).to_string_lossy().into_owned())
-                    .unwrap_or(file)
-            };
-            Some((Arc::<str>::from(file), Arc::<str>::from(func)))
+            self.filter.code(&file, &func)
         };
         self.codes.insert(key, info.clone());
         info

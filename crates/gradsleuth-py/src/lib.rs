@@ -1,19 +1,20 @@
 //! `gradsleuth._core`: the one place Rust meets Python.
 //!
-//! * [`Recorder`]: the capture buffer. The Python tracer's hooks forward events here and
-//!   nothing else; identities are integer keys, never tensors, so the capture keeps nothing
-//!   alive. Locations get their snippet and a cwd-relative path here, so a saved capture
-//!   renders anywhere.
+//! Conversions only: the state and logic live in `gradsleuth-capture` (the recorder, the op
+//! log's analysis), `gradsleuth-analysis` and the renderers.
+//!
+//! * [`Recorder`]: the capture buffer (`gradsleuth_capture::Recorder`). The Python tracer's
+//!   hooks forward events here and nothing else.
+//! * [`oplog::OpLog`]: the op log of a deep step, over live objects through
+//!   [`oplog::PyHost`].
 //! * [`walk`] / [`grad_fn_chain`]: autograd graph walks over live `grad_fn` objects, via the
 //!   `gradsleuth-graph` walker.
 //! * `analyze` / `render`: the Rust analysis and renderers on a capture.
 //! * [`cli_main`]: the `gradsleuth` console script: runs the Rust CLI on `sys.argv`.
 
-use std::collections::HashMap;
-
-use gradsleuth_model::capture::*;
-use gradsleuth_model::{Capture, Location};
-use gradsleuth_source::SourceCache;
+use gradsleuth_capture::recorder::{At, ModuleInfo, TensorInfo};
+use gradsleuth_model::capture::{DistInfo, ModuleKind, TensorKind};
+use gradsleuth_model::Capture;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -24,52 +25,18 @@ mod watch;
 
 type Loc3 = (Option<String>, Option<u32>, Option<String>);
 
-/// The capture buffer the tracer writes into.
-#[pyclass(module = "gradsleuth._core")]
-pub struct Recorder {
-    capture: Capture,
-    seq: u64,
-    modules: HashMap<u64, usize>,
-    tensors: HashMap<u64, usize>,
-    optimizers: HashMap<u64, usize>,
-    /// Index of the backward in progress.
-    current_backward: Option<usize>,
-    source: SourceCache,
-    cwd: Option<std::path::PathBuf>,
+fn at(l: Loc3) -> At {
+    At {
+        file: l.0,
+        line: l.1,
+        function: l.2,
+    }
 }
 
-impl Recorder {
-    fn next_seq(&mut self) -> u64 {
-        self.seq += 1;
-        self.seq
-    }
-
-    fn loc(
-        &mut self,
-        file: Option<String>,
-        line: Option<u32>,
-        function: Option<String>,
-    ) -> Option<Location> {
-        let file = file?;
-        let line = line?;
-        let mut loc = self.source.location(&file, line);
-        loc.function = function;
-        if let Some(cwd) = &self.cwd {
-            if let Ok(rel) = std::path::Path::new(&file).strip_prefix(cwd) {
-                loc.file = rel.to_string_lossy().into_owned();
-            }
-        }
-        Some(loc)
-    }
-
-    fn loc3(&mut self, l: Loc3) -> Option<Location> {
-        self.loc(l.0, l.1, l.2)
-    }
-
-    fn module_mut(&mut self, key: u64) -> Option<&mut ModuleRec> {
-        let i = *self.modules.get(&key)?;
-        self.capture.modules.get_mut(i)
-    }
+/// The capture buffer the tracer writes into: conversions to `gradsleuth_capture::Recorder`.
+#[pyclass(module = "gradsleuth._core")]
+pub struct Recorder {
+    pub(crate) inner: gradsleuth_capture::Recorder,
 }
 
 fn parse_module_kind(s: &str) -> PyResult<ModuleKind> {
@@ -100,36 +67,19 @@ impl Recorder {
     #[new]
     #[pyo3(signature = (command, steps, script=None, argv=Vec::new()))]
     fn new(command: &str, steps: u32, script: Option<String>, argv: Vec<String>) -> Self {
-        let mut capture = Capture {
-            command: command.to_owned(),
-            steps_requested: steps,
-            ..Default::default()
-        };
-        capture.target.script = script;
-        capture.target.argv = argv;
         Recorder {
-            capture,
-            seq: 0,
-            modules: HashMap::new(),
-            tensors: HashMap::new(),
-            optimizers: HashMap::new(),
-            current_backward: None,
-            source: SourceCache::new(),
-            cwd: std::env::current_dir().ok(),
+            inner: gradsleuth_capture::Recorder::new(command, steps, script, argv),
         }
     }
 
+    #[pyo3(signature = (torch_version, python_version, device))]
     fn set_env(
         &mut self,
         torch_version: Option<String>,
         python_version: Option<String>,
         device: Option<String>,
     ) {
-        self.capture.environment = Environment {
-            torch_version,
-            python_version,
-            device,
-        };
+        self.inner.set_env(torch_version, python_version, device);
     }
 
     /// Adds or updates a module (run counts are kept on update).
@@ -147,65 +97,37 @@ impl Recorder {
         class_def: Loc3,
         forward_def: Loc3,
     ) -> PyResult<()> {
-        let kind = parse_module_kind(kind)?;
-        let class_def = self.loc3(class_def);
-        let forward_def = self.loc3(forward_def);
-        if let Some(m) = self.module_mut(key) {
-            m.class = class_;
-            m.root = root;
-            m.name = name;
-            m.parent = parent;
-            m.attr = attr;
-            m.kind = kind;
-            m.class_def = class_def.or(m.class_def.take());
-            m.forward_def = forward_def.or(m.forward_def.take());
-            return Ok(());
-        }
-        self.modules.insert(key, self.capture.modules.len());
-        self.capture.modules.push(ModuleRec {
+        self.inner.module(ModuleInfo {
             key,
             class: class_,
             root,
             name,
             parent,
             attr,
-            kind,
-            class_def,
-            forward_def,
-            ..Default::default()
+            kind: parse_module_kind(kind)?,
+            class_def: at(class_def),
+            forward_def: at(forward_def),
         });
         Ok(())
     }
 
     /// A module ran (counted once per root call by the tracer).
     fn module_ran(&mut self, key: u64, grad_enabled: bool) {
-        if let Some(m) = self.module_mut(key) {
-            m.runs += 1;
-            if !grad_enabled {
-                m.runs_no_grad += 1;
-            }
-        }
+        self.inner.module_ran(key, grad_enabled);
     }
 
     fn root_call(&mut self) {
-        self.capture.root_calls += 1;
+        self.inner.root_call();
     }
 
     /// A sharded tensor (DTensor): how many elements this rank holds.
     fn tensor_shard(&mut self, key: u64, local_numel: u64) {
-        if let Some(&i) = self.tensors.get(&key) {
-            self.capture.tensors[i].local_numel = Some(local_numel);
-        }
+        self.inner.tensor_shard(key, local_numel);
     }
 
     /// Where a module was first called from (the line in its parent's forward).
     fn module_site(&mut self, key: u64, site: Loc3) {
-        if self.module_mut(key).is_some_and(|m| m.first_call.is_none()) {
-            let loc = self.loc3(site);
-            if let Some(m) = self.module_mut(key) {
-                m.first_call = loc;
-            }
-        }
+        self.inner.module_site(key, &at(site));
     }
 
     /// Stores the watch monitors' records (one per optimizer) in the capture (the command
@@ -215,8 +137,7 @@ impl Recorder {
             .into_iter()
             .map(|mut w| w.monitor.record())
             .collect();
-        self.capture.watch = Some(gradsleuth_watch::combine(records));
-        self.capture.command = "watch".into();
+        self.inner.set_watch(gradsleuth_watch::combine(records));
     }
 
     /// Distributed: this process's rank in its job.
@@ -228,7 +149,7 @@ impl Recorder {
         local_rank: Option<u32>,
         hostname: Option<String>,
     ) {
-        self.capture.dist = Some(gradsleuth_model::capture::DistInfo {
+        self.inner.set_dist(DistInfo {
             rank,
             world_size,
             local_rank,
@@ -238,20 +159,12 @@ impl Recorder {
 
     /// The phase the script is in (see `Progress`).
     fn progress(&mut self, step: u32, phase: String) {
-        self.capture.progress = Some(gradsleuth_model::capture::Progress { step, phase });
+        self.inner.progress(step, phase);
     }
 
     /// An orphan module's call site (first one kept) and a new instance of it.
     fn orphan_call(&mut self, key: u64, site: Loc3, new_instance: bool) {
-        let loc = self.loc3(site);
-        if let Some(m) = self.module_mut(key) {
-            if m.first_call.is_none() {
-                m.first_call = loc;
-            }
-            if new_instance {
-                m.instances += 1;
-            }
-        }
+        self.inner.orphan_call(key, &at(site), new_instance);
     }
 
     #[pyo3(signature = (key, name, kind, module, attr, shape, dtype, requires_grad, is_leaf, is_parameter, chain=Vec::new(), leaf=None))]
@@ -271,7 +184,7 @@ impl Recorder {
         chain: Vec<String>,
         leaf: Option<u64>,
     ) -> PyResult<()> {
-        let rec = TensorRec {
+        self.inner.tensor(TensorInfo {
             key,
             name,
             kind: parse_tensor_kind(kind)?,
@@ -282,50 +195,24 @@ impl Recorder {
             requires_grad,
             is_leaf,
             is_parameter,
-            grad_fn_chain: chain,
+            chain,
             leaf,
-            assigned_at: None,
-            local_numel: None,
-        };
-        match self.tensors.get(&key) {
-            Some(&i) => self.capture.tensors[i] = rec,
-            None => {
-                self.tensors.insert(key, self.capture.tensors.len());
-                self.capture.tensors.push(rec);
-            }
-        }
+        });
         Ok(())
     }
 
     /// A tensor registered earlier is no longer part of any model: `foreign` when an
     /// optimizer still holds it, else `hidden` (kept, not shown).
     fn retire(&mut self, key: u64) {
-        let held = self
-            .capture
-            .optimizers
-            .iter()
-            .any(|o| o.params.contains(&key));
-        if let Some(&i) = self.tensors.get(&key) {
-            let t = &mut self.capture.tensors[i];
-            t.kind = if held {
-                TensorKind::Foreign
-            } else {
-                TensorKind::Hidden
-            };
-        }
+        self.inner.retire(key);
     }
 
     fn is_orphan_tensor(&self, key: u64) -> bool {
-        self.tensors.get(&key).is_some_and(|&i| {
-            matches!(
-                self.capture.tensors[i].kind,
-                TensorKind::Orphan | TensorKind::Hidden
-            )
-        })
+        self.inner.is_orphan_tensor(key)
     }
 
     fn has_tensor(&self, key: u64) -> bool {
-        self.tensors.contains_key(&key)
+        self.inner.has_tensor(key)
     }
 
     #[pyo3(signature = (key, class_, created_at, params, lrs))]
@@ -337,84 +224,28 @@ impl Recorder {
         params: Vec<u64>,
         lrs: Vec<f64>,
     ) {
-        let created_at = self.loc3(created_at);
-        match self.optimizers.get(&key) {
-            Some(&i) => {
-                let o = &mut self.capture.optimizers[i];
-                o.params = params;
-                o.lrs = lrs;
-                if o.created_at.is_none() {
-                    o.created_at = created_at;
-                }
-            }
-            None => {
-                self.optimizers.insert(key, self.capture.optimizers.len());
-                self.capture.optimizers.push(OptimizerRec {
-                    key,
-                    class: class_,
-                    created_at,
-                    params,
-                    lrs,
-                });
-            }
-        }
+        self.inner
+            .optimizer(key, class_, &at(created_at), params, lrs);
     }
 
     #[pyo3(signature = (kind, site, loss_grad_fn))]
     fn backward_begin(&mut self, kind: String, site: Loc3, loss_grad_fn: Option<String>) {
-        let seq = self.next_seq();
-        let location = self.loc3(site);
-        self.current_backward = Some(self.capture.backwards.len());
-        self.capture.backwards.push(BackwardRec {
-            seq,
-            kind,
-            location,
-            loss_grad_fn,
-            ..Default::default()
-        });
+        self.inner.backward_begin(kind, &at(site), loss_grad_fn);
     }
 
     /// A post-accumulate-grad hook fired for `key` during the current backward.
     fn reached(&mut self, key: u64) {
-        if let Some(b) = self
-            .current_backward
-            .and_then(|i| self.capture.backwards.get_mut(i))
-        {
-            b.reached.push(key);
-        }
+        self.inner.reached(key);
     }
 
     #[pyo3(signature = (grad_norms, error=None))]
     fn backward_end(&mut self, grad_norms: Vec<(u64, Option<f64>)>, error: Option<String>) {
-        if let Some(b) = self
-            .current_backward
-            .take()
-            .and_then(|i| self.capture.backwards.get_mut(i))
-        {
-            b.grad_norms = grad_norms;
-            b.error = error;
-        }
+        self.inner.backward_end(grad_norms, error);
     }
 
     /// An optimizer step begins; `weight_norms` are the weights before it.
     fn step_pre(&mut self, optimizer: u64, weight_norms: Vec<(u64, f64)>) -> u32 {
-        let seq = self.next_seq();
-        let index = self
-            .capture
-            .steps
-            .iter()
-            .filter(|s| s.optimizer == optimizer)
-            .count() as u32
-            + 1;
-        self.capture.steps.push(StepRec {
-            seq,
-            optimizer,
-            index,
-            grad_norms: Vec::new(),
-            weight_before: weight_norms,
-            weight_after: Vec::new(),
-        });
-        index
+        self.inner.step_pre(optimizer, weight_norms)
     }
 
     /// The step ended: the gradients it used and the weights after it.
@@ -424,16 +255,7 @@ impl Recorder {
         grad_norms: Vec<(u64, Option<f64>)>,
         weight_norms: Vec<(u64, f64)>,
     ) {
-        if let Some(s) = self
-            .capture
-            .steps
-            .iter_mut()
-            .rev()
-            .find(|s| s.optimizer == optimizer)
-        {
-            s.grad_norms = grad_norms;
-            s.weight_after = weight_norms;
-        }
+        self.inner.step_post(optimizer, grad_norms, weight_norms);
     }
 
     /// A cause seen by the tracer itself (a clip bound, a gradient hook, a reused graph).
@@ -449,103 +271,66 @@ impl Recorder {
         related_message: String,
         step: u32,
     ) {
-        let location = self.loc3(site);
-        let related = self
-            .loc3(related)
-            .map(|location| {
-                vec![gradsleuth_model::Related {
-                    location,
-                    message: related_message,
-                }]
-            })
-            .unwrap_or_default();
-        self.capture.cuts.push(gradsleuth_model::capture::CutRec {
+        self.inner.add_cut(
             kind,
             op,
-            location,
-            related,
+            &at(site),
             params,
-            chain: Vec::new(),
+            &at(related),
+            related_message,
             step,
-        });
+        );
     }
 
     /// Whether each tensor changed between before the first observed step and the end of
     /// observation (exact: float64 norms).
     fn weight_changes(&mut self, changes: Vec<(u64, bool)>) {
-        self.capture.weight_changes.extend(changes);
+        self.inner.weight_changes(changes);
     }
 
     fn zero_grad(&mut self, target: String, key: u64, site: Loc3) {
-        let seq = self.next_seq();
-        let location = self.loc3(site);
-        self.capture.zero_grads.push(ZeroGradRec {
-            seq,
-            target,
-            key,
-            location,
-        });
+        self.inner.zero_grad(target, key, &at(site));
     }
 
     fn scaler_step(&mut self, optimizer: u64, stepped: bool, scale: Option<f64>, site: Loc3) {
-        let seq = self.next_seq();
-        let location = self.loc3(site);
-        self.capture.scaler_steps.push(ScalerStepRec {
-            seq,
-            optimizer,
-            stepped,
-            scale,
-            location,
-        });
+        self.inner.scaler_step(optimizer, stepped, scale, &at(site));
     }
 
     fn set_error(&mut self, kind: String, message: String, site: Loc3) {
-        let location = self.loc3(site);
-        self.capture.error = Some(ScriptError {
-            kind,
-            message,
-            location,
-        });
+        self.inner.set_error(kind, message, &at(site));
     }
 
     fn note(&mut self, text: String) {
-        if self.capture.notes.len() < 100 {
-            self.capture.notes.push(text);
-        }
+        self.inner.note(text);
     }
 
     /// Keys of every tensor a backward reached, from backward number `since` on.
     #[pyo3(signature = (since=0))]
     fn reached_keys(&self, since: usize) -> Vec<u64> {
-        let mut v: Vec<u64> = self
-            .capture
-            .backwards
-            .iter()
-            .skip(since)
-            .flat_map(|b| b.reached.iter().copied())
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
+        self.inner.reached_keys(since)
     }
 
     #[getter]
     fn backward_count(&self) -> usize {
-        self.capture.backwards.len()
+        self.inner.backward_count()
     }
 
     fn to_json(&self) -> String {
-        self.capture.to_json()
+        self.inner.capture.to_json()
     }
 
     fn save(&self, path: &str) -> PyResult<()> {
-        std::fs::write(path, self.capture.to_json())
+        std::fs::write(path, self.inner.capture.to_json())
             .map_err(|e| PyOSError::new_err(format!("cannot write {path}: {e}")))
     }
 
     /// The report as JSON (the schema's format).
     fn report_json(&self) -> String {
-        gradsleuth_analysis::analyze(&self.capture).to_json()
+        gradsleuth_analysis::analyze_annotated(
+            &self.inner.capture,
+            gradsleuth_lint::cross_reference,
+        )
+        .to_json()
     }
 }
 
@@ -554,7 +339,10 @@ impl Recorder {
 fn analyze(capture_json: &str) -> PyResult<String> {
     let capture =
         Capture::from_json(capture_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(gradsleuth_analysis::analyze(&capture).to_json())
+    Ok(
+        gradsleuth_analysis::analyze_annotated(&capture, gradsleuth_lint::cross_reference)
+            .to_json(),
+    )
 }
 
 /// Renders a report (JSON) as `text` or `json`.

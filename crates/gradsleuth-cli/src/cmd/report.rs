@@ -74,10 +74,14 @@ pub fn run(args: ReportArgs) -> Result<i32, CliError> {
     let files = capture_files(&args.captures)?;
     if let [one] = files.as_slice() {
         let capture = load(one)?;
-        let report = gradsleuth_analysis::analyze(&capture);
+        let report =
+            gradsleuth_analysis::analyze_annotated(&capture, gradsleuth_lint::cross_reference);
         return args.output.emit_full(&report, &[], Some(&capture));
     }
-    args.output.emit(&merge_files(&files, Merger::new(0))?)
+    args.output.emit(&merge_files(
+        &files,
+        Merger::new(0).annotated(gradsleuth_lint::cross_reference),
+    )?)
 }
 
 /// Merges capture files: read and analysed in parallel, a chunk at a time, folded in order,
@@ -88,6 +92,7 @@ pub fn merge_files(
 ) -> Result<gradsleuth_model::Report, CliError> {
     use rayon::prelude::*;
     const CHUNK: usize = 32;
+    let annotate = merger.annotate();
     for (c, chunk) in files.chunks(CHUNK).enumerate() {
         let digests: Vec<Result<RankDigest, CliError>> = chunk
             .par_iter()
@@ -95,7 +100,7 @@ pub fn merge_files(
             .map(|(i, f)| {
                 let capture = load(f)?;
                 let fallback = rank_of(f).unwrap_or((c * CHUNK + i) as u32);
-                Ok(RankDigest::of(&capture, fallback))
+                Ok(RankDigest::of(&capture, fallback, annotate))
             })
             .collect();
         for d in digests {

@@ -190,7 +190,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     if capture.target.script.is_none() {
         capture.target.script = Some(target);
     }
-    let report = gradsleuth_analysis::analyze(&capture);
+    let report = gradsleuth_analysis::analyze_annotated(&capture, gradsleuth_lint::cross_reference);
     let code = args.output.emit_full(&report, &[], Some(&capture))?;
     Ok(if script_code != 0 { script_code } else { code })
 }
@@ -289,7 +289,8 @@ fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliErro
         );
         return Ok(if launcher_code == 0 { 2 } else { launcher_code });
     }
-    let mut merger = gradsleuth_analysis::merge::Merger::new(args.nproc_per_node.unwrap_or(0));
+    let mut merger = gradsleuth_analysis::merge::Merger::new(args.nproc_per_node.unwrap_or(0))
+        .annotated(gradsleuth_lint::cross_reference);
     if timed_out {
         merger.timed_out();
     }

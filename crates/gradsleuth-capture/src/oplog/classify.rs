@@ -1,0 +1,169 @@
+//! What a torch function is, to the op log: its display name and its [`Kind`], decided once
+//! per function object from its qualified name (and, for descriptors, its owner's name).
+
+use std::sync::Arc;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Plain,
+    Detach,
+    Data,
+    /// `.item()`, `.tolist()`, `.numpy()`: the value leaves autograd as a Python object.
+    ValueExit,
+    /// `torch.tensor`, `torch.as_tensor`, `torch.from_numpy`, `Tensor.new_tensor`.
+    Construct,
+    NonDiff,
+    GradMode,
+    RequiresGrad,
+    /// `torch.autograd.grad`: without `create_graph=True` its result has no history.
+    AutogradGrad,
+    /// Ops whose gradient is zero where they saturate or mask (clamp, where, masked_fill).
+    Saturating,
+    /// Never a cut: constructors shaped like an input (`zeros_like`, `new_zeros`), metadata
+    /// (`.shape`, `.grad`, `.device` getters).
+    Ignore,
+}
+
+#[derive(Clone, Debug)]
+pub struct FuncInfo {
+    pub name: Arc<str>,
+    pub kind: Kind,
+    pub inplace: bool,
+}
+
+/// Ops whose output has no useful gradient: argmax-like, rounding, comparisons, integer and
+/// bool casts, index-producing ops.
+pub const NON_DIFF: &[&str] = &[
+    "argmax",
+    "argmin",
+    "argsort",
+    "round",
+    "floor",
+    "ceil",
+    "sign",
+    "trunc",
+    "frac",
+    "eq",
+    "ne",
+    "lt",
+    "gt",
+    "le",
+    "ge",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__gt__",
+    "__le__",
+    "__ge__",
+    "long",
+    "int",
+    "bool",
+    "byte",
+    "char",
+    "short",
+    "searchsorted",
+    "bucketize",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "nonzero",
+    "logical_and",
+    "logical_or",
+    "logical_not",
+    "one_hot",
+    "unique",
+    "histc",
+];
+
+/// Name and kind of a torch function from its `__qualname__` (or `__name__`) and, for a
+/// descriptor's `__get__`/`__set__`, its owner's `__name__` (`Tensor.data` arrives so).
+pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
+    let mut short = qual.rsplit('.').next().unwrap_or(qual).to_owned();
+    let is_descriptor = qual.starts_with("getset_descriptor.");
+    if is_descriptor {
+        short = format!("{}.{}", owner.unwrap_or_default(), short);
+    }
+    let last = qual.rsplit('.').next().unwrap_or(qual);
+    let name = if is_descriptor {
+        format!("Tensor.{}", owner.unwrap_or_default())
+    } else if qual.starts_with("TensorBase.") || qual.starts_with("Tensor.") {
+        format!("Tensor.{last}")
+    } else if qual.starts_with("_VariableFunctionsClass.") {
+        format!("torch.{last}")
+    } else {
+        qual.to_owned()
+    };
+    let base = short.trim_start_matches("__").trim_end_matches("__");
+    let kind = match short.as_str() {
+        "detach" | "detach_" => Kind::Detach,
+        "data.__get__" => Kind::Data,
+        _ if is_descriptor && !short.ends_with(".__set__") => Kind::Ignore,
+        s if s.ends_with("_like") || (s.starts_with("new_") && s != "new_tensor") => Kind::Ignore,
+        "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
+        | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__" | "__bool__"
+        | "data_ptr" | "get_device" => Kind::Ignore,
+        "item" | "tolist" | "numpy" => Kind::ValueExit,
+        "grad" if qual == "grad" => Kind::AutogradGrad,
+        "clamp" | "clamp_" | "clip" | "clip_" | "clamp_min" | "clamp_max" | "hardtanh"
+        | "hardtanh_" | "relu6" | "threshold" | "where" | "masked_fill" | "masked_fill_" => {
+            Kind::Saturating
+        }
+        "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" => Kind::Construct,
+        "_set_grad_enabled" | "set_grad_enabled" => Kind::GradMode,
+        "requires_grad_" | "requires_grad.__set__" => Kind::RequiresGrad,
+        _ if NON_DIFF.contains(&base) => Kind::NonDiff,
+        _ => Kind::Plain,
+    };
+    let inplace = (short.ends_with('_')
+        && !short.ends_with("__")
+        && !matches!(kind, Kind::Detach | Kind::RequiresGrad))
+        || short.starts_with("__i") && short.ends_with("__")
+        || short == "__setitem__";
+    FuncInfo {
+        name: name.into(),
+        kind,
+        inplace,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_kinds() {
+        let c = classify("TensorBase.detach", None);
+        assert_eq!(
+            (&*c.name, c.kind, c.inplace),
+            ("Tensor.detach", Kind::Detach, false)
+        );
+        let c = classify("getset_descriptor.__get__", Some("data"));
+        assert_eq!((&*c.name, c.kind), ("Tensor.data", Kind::Data));
+        let c = classify("getset_descriptor.__get__", Some("shape"));
+        assert_eq!(c.kind, Kind::Ignore);
+        let c = classify("_VariableFunctionsClass.argmax", None);
+        assert_eq!((&*c.name, c.kind), ("torch.argmax", Kind::NonDiff));
+        assert!(classify("TensorBase.add_", None).inplace);
+        assert!(classify("TensorBase.__iadd__", None).inplace);
+        assert!(!classify("TensorBase.requires_grad_", None).inplace);
+        assert_eq!(classify("grad", None).kind, Kind::AutogradGrad);
+        assert_eq!(
+            classify("_VariableFunctionsClass.zeros_like", None).kind,
+            Kind::Ignore
+        );
+        assert_eq!(
+            classify("TensorBase.new_tensor", None).kind,
+            Kind::Construct
+        );
+        assert_eq!(classify("_set_grad_enabled", None).kind, Kind::GradMode);
+    }
+
+    #[test]
+    fn non_diff_list_has_the_documented_ops() {
+        for op in [
+            "argmax", "round", "floor", "ceil", "sign", "long", "eq", "gt",
+        ] {
+            assert!(NON_DIFF.contains(&op), "{op}");
+        }
+    }
+}

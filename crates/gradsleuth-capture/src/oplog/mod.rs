@@ -1,0 +1,893 @@
+//! Op-level capture: every torch call the user's code makes during the deep step arrives here
+//! (in the product, from the tracer's `TorchFunctionMode`, which only forwards). For each op
+//! this records:
+//!
+//! * **cuts**: inputs need grad, outputs do not (or the output is a Python value). Each cut is
+//!   classified from the op (`detach`, `.data`, a grad-disabled region, `torch.tensor(t)`,
+//!   argmax-like ops, `.item()`/`.tolist()`/`.numpy()` exits) and keeps its inputs' autograd
+//!   nodes until the step is resolved;
+//! * **taint**: which cuts each tensor (and each Python value that left the graph) depends on,
+//!   so a value that comes back through `torch.tensor(values)` is linked to where it left,
+//!   and the loss knows which cuts it depends on;
+//! * **in-place ops**, with where their target was created and first consumed, so an
+//!   "modified by an inplace operation" error can be answered with the exact lines.
+//!
+//! At the end of the step, [`OpLog::resolve`] walks back from the cuts the loss depends on and
+//! attributes every parameter the backward did not reach to the cut on its path, writing
+//! [`CutRec`]s into the capture. Identities are object addresses, valid within one step; a
+//! new output at a reused address resets what was known about the address, and an entry
+//! counts only while the host's keeper says the address still holds the same object.
+//!
+//! Everything the analysis asks of a value or a node goes through [`Host`].
+
+pub mod classify;
+pub mod inplace;
+
+use std::sync::Arc;
+
+use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
+use gradsleuth_model::capture::{CutRec, GraphNode, GraphRec, InplaceRec};
+use gradsleuth_model::Related;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::recorder::Recorder;
+use crate::site::Site;
+use classify::{classify, FuncInfo, Kind};
+pub use inplace::{parse_inplace_error, InplaceError};
+
+/// A tuple or a list (the two sequences the op log looks into).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SeqKind {
+    Tuple,
+    List,
+}
+
+/// What an in-place op's target looks like right after the op.
+#[derive(Clone, Debug, Default)]
+pub struct InplaceTarget {
+    /// Its version counter (`_version`).
+    pub version: u64,
+    /// Its autograd node's type now (errors may name this one).
+    pub node: Option<String>,
+    /// The type of that node's first input: the tensor's node before the op.
+    pub prev_node: Option<String>,
+    pub shape: Vec<i64>,
+}
+
+/// What the op log needs to know about the host's values (tensors, Python values, functions)
+/// and autograd nodes. The graph walks go through the [`GraphSource`] it also is.
+pub trait Host: GraphSource<Id = usize, Node: Clone> {
+    /// A value an op saw: an argument, its result, the function itself.
+    type Value: Clone;
+    /// Proof that an address still holds the object an entry was made for.
+    type Keeper;
+    /// An autograd node kept across ops until the step is resolved.
+    type Kept;
+
+    fn addr(&self, v: &Self::Value) -> usize;
+    fn keep(&self, v: &Self::Value) -> Self::Keeper;
+    fn holds(&self, k: &Self::Keeper, v: &Self::Value) -> bool;
+    fn is_tensor(&self, v: &Self::Value) -> bool;
+    /// The items of a tuple (at most `tuple_limit`) or a list (at most `list_limit`), or None
+    /// for anything else.
+    fn items(
+        &self,
+        v: &Self::Value,
+        tuple_limit: usize,
+        list_limit: usize,
+    ) -> Option<(SeqKind, Vec<Self::Value>)>;
+    fn truthy(&self, v: &Self::Value) -> Option<bool>;
+    fn requires_grad(&self, t: &Self::Value) -> Result<bool, Self::Error>;
+    /// The tensor's autograd node, None for a leaf (or no tensor).
+    fn grad_fn(&self, t: &Self::Value) -> Result<Option<Self::Kept>, Self::Error>;
+    fn node(&self, kept: &Self::Kept) -> Self::Node;
+    fn node_name(&self, n: &Self::Node) -> String;
+    /// The node's autograd sequence number.
+    fn node_sequence_nr(&self, n: &Self::Node) -> Option<u64>;
+    /// Whether gradient recording is on now.
+    fn grad_enabled(&self) -> Result<bool, Self::Error>;
+    /// The thread's autograd sequence counter now.
+    fn sequence_nr(&self) -> Option<u64>;
+    /// Up to `depth` frames of the user's code calling the op, innermost first.
+    fn stack(&mut self, depth: usize) -> Vec<Site>;
+    /// (`__qualname__` or `__name__`, the owner's `__name__` for descriptors) of a function.
+    fn func_names(&self, f: &Self::Value) -> (String, Option<String>);
+    fn inplace_target(&self, t: &Self::Value) -> InplaceTarget;
+}
+
+/// One op: `func(*args, **kwargs)` returned `out`.
+pub struct Call<V> {
+    pub func: V,
+    pub args: Vec<V>,
+    /// Keyword argument values.
+    pub kwargs: Vec<V>,
+    /// `inplace=True` was passed.
+    pub inplace_kwarg: bool,
+    pub out: V,
+}
+
+struct Cut<N> {
+    kind: &'static str,
+    /// The output keeps its history but every gradient through it is zero (round, floor,
+    /// sign...): it explains zero gradients, not missing ones.
+    soft: bool,
+    op: Arc<str>,
+    site: Option<Site>,
+    related: Vec<(Site, &'static str)>,
+    /// Autograd nodes of the inputs that needed grad.
+    nodes: Vec<N>,
+    /// Addresses of leaf inputs that needed grad (parameters used directly).
+    leaves: Vec<usize>,
+}
+
+struct Inplace {
+    op: Arc<str>,
+    site: Option<Site>,
+    version: u64,
+    prev_node: Option<String>,
+    node: Option<String>,
+    shape: Vec<i64>,
+    created: Option<Site>,
+    consumed: Option<Site>,
+}
+
+/// The op log of one deep step, over a host whose keepers are `K` and kept nodes `N`.
+pub struct OpLog<K, N> {
+    /// (autograd sequence number, module) at each change of the running module: a node made
+    /// with number n was made by the module of the last entry at or before n. Read from the
+    /// thread's counter, never from `grad_fn`: reading a node from Python gives it a Python
+    /// object it keeps, and freeing long chains of those recurses in torch (see
+    /// `gradsleuth_graph::MAX_DEPTH`).
+    module_timeline: Vec<(u64, Option<u64>)>,
+    funcs: FxHashMap<usize, FuncInfo>,
+    /// Address -> (cuts it depends on, the object's keeper). Addresses are reused once an
+    /// object dies, so an entry counts only while its keeper says it is the same object.
+    taint: FxHashMap<usize, (Vec<u32>, K)>,
+    values: FxHashMap<usize, (Vec<u32>, K)>,
+    cuts: Vec<Cut<N>>,
+    grad_off: Vec<Site>,
+    created: FxHashMap<usize, Site>,
+    consumed: FxHashMap<usize, Site>,
+    requires_grad_set: FxHashMap<usize, Site>,
+    construct_site: FxHashMap<usize, (Site, Vec<u32>)>,
+    inplace: Vec<Inplace>,
+    loss_taint: Vec<u32>,
+    loss_rewraps: Vec<(Option<Site>, Vec<u32>)>,
+    step: u32,
+    /// Ops recorded.
+    pub ops: u64,
+    /// Ops the log could not read (never raised to the user).
+    pub errors: u64,
+}
+
+fn has<T: PartialEq>(v: &[T], x: &T) -> bool {
+    v.iter().any(|y| y == x)
+}
+
+fn union(into: &mut Vec<u32>, from: &[u32]) {
+    for x in from {
+        if !has(into, x) {
+            into.push(*x);
+        }
+    }
+}
+
+fn short(file: &str) -> &str {
+    std::path::Path::new(file)
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or(file)
+}
+
+impl<K, N> OpLog<K, N> {
+    /// An empty log for observed step `step`.
+    pub fn new(step: u32) -> Self {
+        OpLog {
+            module_timeline: Vec::new(),
+            funcs: Default::default(),
+            taint: Default::default(),
+            values: Default::default(),
+            cuts: Vec::new(),
+            grad_off: Vec::new(),
+            created: Default::default(),
+            consumed: Default::default(),
+            requires_grad_set: Default::default(),
+            construct_site: Default::default(),
+            inplace: Vec::new(),
+            loss_taint: Vec::new(),
+            loss_rewraps: Vec::new(),
+            step,
+            ops: 0,
+            errors: 0,
+        }
+    }
+
+    /// Cuts recorded so far.
+    pub fn cut_count(&self) -> usize {
+        self.cuts.len()
+    }
+
+    /// The module that was running when the node with sequence number `seq` was made.
+    /// Leaf accumulators have no number of their own (torch gives them `u64::MAX`): none.
+    pub fn module_at(&self, seq: u64) -> Option<u64> {
+        if seq == u64::MAX {
+            return None;
+        }
+        let i = self.module_timeline.partition_point(|(s, _)| *s <= seq);
+        i.checked_sub(1).and_then(|i| self.module_timeline[i].1)
+    }
+
+    /// Drops every kept object and all step state.
+    pub fn clear(&mut self) {
+        self.cuts.clear();
+        self.taint.clear();
+        self.values.clear();
+        self.created.clear();
+        self.consumed.clear();
+        self.requires_grad_set.clear();
+        self.construct_site.clear();
+        self.inplace.clear();
+        self.loss_taint.clear();
+        self.loss_rewraps.clear();
+        self.grad_off.clear();
+        self.module_timeline.clear();
+    }
+
+    fn func_info<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, func: &H::Value) -> FuncInfo {
+        self.funcs
+            .entry(h.addr(func))
+            .or_insert_with(|| {
+                let (qual, owner) = h.func_names(func);
+                classify(&qual, owner.as_deref())
+            })
+            .clone()
+    }
+
+    /// The module whose forward is running now (from the tracer's module hooks).
+    pub fn set_module<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, key: Option<u64>) {
+        if let Some(seq) = h.sequence_nr() {
+            let len = self.module_timeline.len();
+            match self.module_timeline.last_mut() {
+                Some(last) if last.0 == seq => last.1 = key,
+                _ if len < 1_000_000 => self.module_timeline.push((seq, key)),
+                _ => {}
+            }
+        }
+    }
+
+    /// The grad mode when capture starts: a step that begins inside `no_grad`.
+    pub fn grad_disabled_at_start<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H) {
+        if let Some(s) = h.stack(1).into_iter().next() {
+            self.grad_off.push(s);
+        }
+    }
+
+    /// Tensors among `v` (a tensor, or a tuple of them, or the first 64 items of a list).
+    fn tensors<H: Host<Keeper = K, Kept = N>>(h: &H, v: &H::Value, out: &mut Vec<H::Value>) {
+        if h.is_tensor(v) {
+            out.push(v.clone());
+        } else if let Some((_, items)) = h.items(v, usize::MAX, 64) {
+            out.extend(items.into_iter().filter(|x| h.is_tensor(x)));
+        }
+    }
+
+    /// Taint carried by Python values (floats from `.item()`, lists from `.tolist()`, arrays).
+    fn value_taint<H: Host<Keeper = K, Kept = N>>(
+        &self,
+        h: &H,
+        v: &H::Value,
+        into: &mut Vec<u32>,
+        depth: u32,
+    ) {
+        if let Some((t, keeper)) = self.values.get(&h.addr(v)) {
+            if h.holds(keeper, v) {
+                union(into, t);
+            }
+        }
+        if depth > 2 {
+            return;
+        }
+        if let Some((_, items)) = h.items(v, 4096, 4096) {
+            for x in &items {
+                self.value_taint(h, x, into, depth + 1);
+            }
+        }
+    }
+
+    fn mark_values<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &H,
+        v: &H::Value,
+        taint: &[u32],
+        depth: u32,
+    ) {
+        let ptr = h.addr(v);
+        let fresh = self.values.get(&ptr).is_none_or(|(_, k)| !h.holds(k, v));
+        if fresh {
+            self.values.insert(ptr, (Vec::new(), h.keep(v)));
+        }
+        if let Some((t, _)) = self.values.get_mut(&ptr) {
+            union(t, taint);
+        }
+        if depth > 2 {
+            return;
+        }
+        if let Some((SeqKind::List, items)) = h.items(v, 0, 4096) {
+            for x in &items {
+                self.mark_values(h, x, taint, depth + 1);
+            }
+        }
+    }
+
+    /// Records a cut whose inputs are `needs_grad` (their autograd nodes, or the leaves
+    /// themselves); returns its id.
+    #[allow(clippy::too_many_arguments)]
+    fn push_cut<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &H,
+        needs_grad: &[H::Value],
+        kind: &'static str,
+        op: &Arc<str>,
+        site: Option<Site>,
+        related: Vec<(Site, &'static str)>,
+        soft: bool,
+    ) -> Result<u32, H::Error> {
+        let mut nodes = Vec::new();
+        let mut leaves = Vec::new();
+        for t in needs_grad {
+            match h.grad_fn(t)? {
+                None => leaves.push(h.addr(t)),
+                Some(n) => nodes.push(n),
+            }
+        }
+        let id = self.cuts.len() as u32;
+        self.cuts.push(Cut {
+            kind,
+            op: op.clone(),
+            site,
+            related,
+            nodes,
+            leaves,
+            soft,
+        });
+        Ok(id)
+    }
+
+    /// One op. An op the log cannot read counts in [`OpLog::errors`]; it never fails the
+    /// user's call.
+    pub fn op<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, call: &Call<H::Value>) {
+        if self.record(h, call).is_err() {
+            self.errors += 1;
+        }
+    }
+
+    fn record<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        call: &Call<H::Value>,
+    ) -> Result<(), H::Error> {
+        self.ops += 1;
+        let FuncInfo {
+            name,
+            kind,
+            mut inplace,
+        } = self.func_info(h, &call.func);
+        inplace |= call.inplace_kwarg;
+        let first = call.args.first();
+        if kind == Kind::GradMode {
+            let enabled = first.and_then(|a| h.truthy(a)).unwrap_or(true);
+            if enabled {
+                self.grad_off.pop();
+            } else if let Some(site) = h.stack(1).into_iter().next() {
+                self.grad_off.push(site);
+            }
+            return Ok(());
+        }
+        let mut inputs: Vec<H::Value> = Vec::new();
+        for a in call.args.iter().chain(&call.kwargs) {
+            Self::tensors(h, a, &mut inputs);
+        }
+        let mut taint: Vec<u32> = Vec::new();
+        let mut needs_grad: Vec<H::Value> = Vec::new();
+        for t in &inputs {
+            if let Some((ts, keeper)) = self.taint.get(&h.addr(t)) {
+                if h.holds(keeper, t) {
+                    union(&mut taint, ts);
+                }
+            }
+            if h.requires_grad(t)? {
+                needs_grad.push(t.clone());
+            }
+        }
+        if kind == Kind::Construct {
+            if let Some(data) = first {
+                self.value_taint(h, data, &mut taint, 0);
+            }
+        }
+        let mut outputs: Vec<H::Value> = Vec::new();
+        Self::tensors(h, &call.out, &mut outputs);
+        let mut out_needs_grad = false;
+        for o in &outputs {
+            if h.requires_grad(o)? {
+                out_needs_grad = true;
+            }
+        }
+        let mut site: Option<Option<Site>> = None;
+        let value_exit = kind == Kind::ValueExit;
+        if kind != Kind::Ignore
+            && !needs_grad.is_empty()
+            && (value_exit || (!outputs.is_empty() && !out_needs_grad))
+        {
+            let grad_enabled = h.grad_enabled()?;
+            let mut related = Vec::new();
+            let cut_kind = match kind {
+                Kind::Detach => "detach",
+                Kind::Data => "data_attr",
+                Kind::ValueExit => "numpy_roundtrip",
+                Kind::Construct => "rewrap",
+                Kind::AutogradGrad => "create_graph",
+                _ if !grad_enabled => {
+                    if let Some(s) = self.grad_off.last() {
+                        related.push((s.clone(), "gradient recording disabled here"));
+                    }
+                    // The callers too: the `with` block or decorator may be a few calls up.
+                    for s in h.stack(4).into_iter().skip(1) {
+                        related.push((s, "called from here"));
+                    }
+                    "no_grad"
+                }
+                // argmax-like ops, integer/bool casts, comparisons, and any other op whose
+                // output does not need grad while its input does.
+                _ => "non_differentiable",
+            };
+            let s = h.stack(1).into_iter().next();
+            site = Some(s.clone());
+            taint.push(self.push_cut(h, &needs_grad, cut_kind, &name, s, related, false)?);
+        } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
+            && out_needs_grad
+            && !needs_grad.is_empty()
+            && taint.len() < 32
+        {
+            // round/floor/sign keep a grad_fn whose gradient is zero everywhere; clamp/where
+            // where they saturate or mask everything. Candidates for zero gradients only.
+            let soft_kind = if kind == Kind::NonDiff {
+                "non_differentiable"
+            } else {
+                "dead_path"
+            };
+            let s = h.stack(1).into_iter().next();
+            site = Some(s.clone());
+            taint.push(self.push_cut(h, &needs_grad, soft_kind, &name, s, Vec::new(), true)?);
+        }
+        if value_exit && !taint.is_empty() {
+            // Values leaving autograd carry what they depend on into Python.
+            self.mark_values(h, &call.out, &taint, 0);
+        }
+        if kind == Kind::Ignore {
+            taint.clear();
+        }
+        let site_now = |h: &mut H, site: &mut Option<Option<Site>>| -> Option<Site> {
+            if site.is_none() {
+                *site = Some(h.stack(1).into_iter().next());
+            }
+            site.clone().flatten()
+        };
+        if kind == Kind::Construct && !taint.is_empty() {
+            // A value that left the graph came back: where it came back is part of the chain.
+            if let Some(s) = site_now(h, &mut site) {
+                for &c in &taint {
+                    if let Some(cut) = self.cuts.get_mut(c as usize) {
+                        if cut.kind == "numpy_roundtrip" && cut.related.is_empty() {
+                            cut.related
+                                .push((s.clone(), "the value comes back into torch here"));
+                        }
+                    }
+                }
+            }
+        }
+        let input_ptrs: FxHashSet<usize> = inputs.iter().map(|t| h.addr(t)).collect();
+        for o in &outputs {
+            let ptr = h.addr(o);
+            if taint.is_empty() {
+                self.taint.remove(&ptr);
+            } else {
+                self.taint.insert(ptr, (taint.clone(), h.keep(o)));
+            }
+            if !input_ptrs.contains(&ptr) {
+                // A new tensor at this address: forget what the address meant before.
+                self.consumed.remove(&ptr);
+                self.requires_grad_set.remove(&ptr);
+                self.construct_site.remove(&ptr);
+                if out_needs_grad || kind == Kind::Construct {
+                    if let Some(s) = site_now(h, &mut site) {
+                        if out_needs_grad {
+                            self.created.insert(ptr, s.clone());
+                        }
+                        if kind == Kind::Construct {
+                            self.construct_site.insert(ptr, (s, taint.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        if kind == Kind::RequiresGrad {
+            if let Some(t) = first {
+                if let Some(s) = site_now(h, &mut site) {
+                    self.requires_grad_set.insert(h.addr(t), s);
+                }
+            }
+        }
+        if !needs_grad.is_empty() {
+            let mut s = None;
+            for t in &needs_grad {
+                let ptr = h.addr(t);
+                if let std::collections::hash_map::Entry::Vacant(e) = self.consumed.entry(ptr) {
+                    if s.is_none() {
+                        s = site_now(h, &mut site);
+                    }
+                    if let Some(s) = &s {
+                        e.insert(s.clone());
+                    }
+                }
+            }
+        }
+        if inplace {
+            if let Some(target) = first.filter(|t| h.is_tensor(t)) {
+                let ptr = h.addr(target);
+                let t = h.inplace_target(target);
+                let s = site_now(h, &mut site);
+                self.inplace.push(Inplace {
+                    op: name.clone(),
+                    site: s,
+                    version: t.version,
+                    prev_node: t.prev_node,
+                    node: t.node,
+                    shape: t.shape,
+                    created: self.created.get(&ptr).cloned(),
+                    consumed: self.consumed.get(&ptr).cloned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A backward starts from `loss`: remember which cuts it depends on.
+    pub fn loss<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, loss: &H::Value) {
+        let ptr = h.addr(loss);
+        let mut taint = match self.taint.get(&ptr) {
+            Some((t, keeper)) if h.holds(keeper, loss) => t.clone(),
+            _ => Vec::new(),
+        };
+        let is_leaf = h.grad_fn(loss).map(|g| g.is_none()).unwrap_or(false);
+        let requires = h.requires_grad(loss).unwrap_or(false);
+        if is_leaf && requires {
+            // A leaf loss: made with requires_grad=True (or requires_grad_()) from values
+            // that had left the graph. Nothing upstream of it can learn.
+            let site = self
+                .requires_grad_set
+                .get(&ptr)
+                .cloned()
+                .or_else(|| self.construct_site.get(&ptr).map(|(s, _)| s.clone()))
+                .or_else(|| self.created.get(&ptr).cloned());
+            if let Some((_, t)) = self.construct_site.get(&ptr) {
+                union(&mut taint, t);
+            }
+            self.loss_rewraps.push((site, taint.clone()));
+        }
+        union(&mut self.loss_taint, &taint);
+    }
+
+    /// Snapshot of the autograd graph behind `loss` into the capture (at most `budget` nodes):
+    /// node types, the module that made each node (inherited from its consumer inside
+    /// composite ops), the parameter key of each leaf (`keys`: leaf address -> key).
+    pub fn graph<H: Host<Keeper = K, Kept = N>>(
+        &self,
+        h: &mut H,
+        recorder: &mut Recorder,
+        loss: &H::Value,
+        keys: &FxHashMap<usize, u64>,
+        budget: usize,
+    ) -> Result<(), H::Error> {
+        if recorder.capture.graph.is_some() {
+            return Ok(());
+        }
+        let Ok(Some(root)) = h.grad_fn(loss) else {
+            return Ok(());
+        };
+        let root = h.node(&root);
+        let mut index: FxHashMap<usize, u32> = FxHashMap::default();
+        let mut rec = GraphRec::default();
+        // Depth-first, each node with its depth: no deeper than `MAX_DEPTH` (see there:
+        // freeing nodes Python has read recurses in torch).
+        let mut stack: Vec<(H::Node, Option<u64>, usize)> = vec![(root, None, 0)];
+        let mut children = Vec::new();
+        while let Some((node, inherited, depth)) = stack.pop() {
+            let id = h.id(&node);
+            if index.contains_key(&id) {
+                continue;
+            }
+            if rec.nodes.len() >= budget {
+                rec.truncated = true;
+                break;
+            }
+            let module = h
+                .node_sequence_nr(&node)
+                .and_then(|seq| self.module_at(seq))
+                .or(inherited);
+            let param = h
+                .leaf(&node)?
+                .and_then(|addr| keys.get(&(addr as usize)).copied());
+            let name = h.node_name(&node);
+            let i = rec.nodes.len() as u32;
+            index.insert(id, i);
+            rec.nodes.push(GraphNode {
+                name,
+                module,
+                param,
+            });
+            if depth == gradsleuth_graph::MAX_DEPTH {
+                rec.truncated = true;
+                continue;
+            }
+            children.clear();
+            h.children(&node, &mut children)?;
+            for c in children.drain(..) {
+                stack.push((c, module, depth + 1));
+            }
+        }
+        // Edges, now that every node has an index (a second, cheap pass over the same nodes).
+        let mut edges = Vec::new();
+        let Ok(Some(root)) = h.grad_fn(loss) else {
+            return Ok(());
+        };
+        let mut stack = vec![h.node(&root)];
+        let mut seen: FxHashSet<usize> = FxHashSet::default();
+        while let Some(node) = stack.pop() {
+            let id = h.id(&node);
+            let Some(&from) = index.get(&id) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            children.clear();
+            h.children(&node, &mut children)?;
+            for c in children.drain(..) {
+                if let Some(&to) = index.get(&h.id(&c)) {
+                    edges.push((from, to));
+                    stack.push(c);
+                }
+            }
+        }
+        rec.edges = edges;
+        recorder.capture.graph = Some(rec);
+        Ok(())
+    }
+
+    /// Parameters in `pool` (address -> key) that the cut's inputs depend on, and the address
+    /// of the first one found.
+    fn reach<H: Host<Keeper = K, Kept = N>>(
+        h: &mut H,
+        cut: &Cut<N>,
+        pool: &FxHashMap<usize, u64>,
+    ) -> (Vec<u64>, Option<u64>) {
+        let roots: Vec<H::Node> = cut.nodes.iter().map(|n| h.node(n)).collect();
+        let mut leaves: Vec<u64> = cut.leaves.iter().map(|p| *p as u64).collect();
+        if let Ok(w) = walk_graph(h, roots, 5_000_000) {
+            leaves.extend(w.leaves);
+        }
+        let mut params = Vec::new();
+        let mut first = None;
+        for l in leaves {
+            if let Some(k) = pool.get(&(l as usize)) {
+                if !params.contains(k) {
+                    params.push(*k);
+                    first.get_or_insert(l);
+                }
+            }
+        }
+        (params, first)
+    }
+
+    /// Attributes parameters the backward did not reach (`unreached`: address -> key) and
+    /// those whose gradient was exactly zero (`zero`) to the cuts the loss depends on, and
+    /// writes them into the capture. A parameter behind several cuts is named by each (all
+    /// must change). Releases every kept object.
+    pub fn resolve<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        recorder: &mut Recorder,
+        unreached: &FxHashMap<usize, u64>,
+        zero: &FxHashMap<usize, u64>,
+    ) {
+        let mut order: Vec<u32> = self.loss_taint.clone();
+        order.sort_unstable();
+        // `.item()` exits that only feed a re-made leaf loss are told by the loss_rewrap
+        // finding.
+        let rewrap_exits: FxHashSet<u32> = self
+            .loss_rewraps
+            .iter()
+            .flat_map(|(_, t)| t.iter().copied())
+            .filter(|id| {
+                self.cuts
+                    .get(*id as usize)
+                    .is_some_and(|c| c.kind == "numpy_roundtrip")
+            })
+            .collect();
+        let mut out: Vec<CutRec> = Vec::new();
+        for id in order {
+            let Some(cut) = self.cuts.get(id as usize) else {
+                continue;
+            };
+            if rewrap_exits.contains(&id) {
+                continue;
+            }
+            let pool = if cut.soft { zero } else { unreached };
+            let (params, first_leaf) = Self::reach(h, cut, pool);
+            // A gradient term without create_graph adds nothing to the gradient even when
+            // every parameter still learns through the rest of the loss.
+            if params.is_empty() && cut.kind != "create_graph" {
+                continue;
+            }
+            // Names are final only at the end of the run: the analysis puts the parameter
+            // first.
+            let mut chain = Vec::new();
+            if let (Some(leaf), Some(root)) = (first_leaf, cut.nodes.first()) {
+                let root = h.node(root);
+                let names = |g: &mut H, n: &H::Node| g.node_name(n);
+                if let Ok(Some(path)) = path_to_leaf(h, root, leaf, 100_000, names) {
+                    chain.extend(path.into_iter().rev().skip(1).take(12));
+                }
+            }
+            let here = cut
+                .site
+                .as_ref()
+                .map(|s| format!(" at {}:{}", short(&s.file), s.line))
+                .unwrap_or_default();
+            chain.push(format!("✂ {}{here}", cut.op));
+            chain.push("loss".into());
+            let location = cut.site.as_ref().and_then(|s| recorder.site_location(s));
+            let related: Vec<Related> = cut
+                .related
+                .iter()
+                .filter_map(|(s, m)| {
+                    Some(Related {
+                        location: recorder.site_location(s)?,
+                        message: (*m).to_owned(),
+                    })
+                })
+                .collect();
+            out.push(CutRec {
+                kind: cut.kind.to_owned(),
+                op: cut.op.to_string(),
+                location,
+                related,
+                params,
+                chain,
+                step: self.step,
+            });
+        }
+        // A leaf loss: nothing upstream of it can learn, whatever path the values took.
+        for (site, taint) in &self.loss_rewraps {
+            let mut params: Vec<u64> = unreached.values().copied().collect();
+            params.sort_unstable();
+            let mut related = Vec::new();
+            // Where the value left autograd: the exits it carries, else any cut reaching them.
+            let mut exits: Vec<&Cut<N>> = taint
+                .iter()
+                .filter_map(|id| self.cuts.get(*id as usize))
+                .filter(|c| !c.soft)
+                .collect();
+            if exits.is_empty() {
+                exits = self
+                    .cuts
+                    .iter()
+                    .filter(|c| !c.soft)
+                    .filter(|c| !Self::reach(h, c, unreached).0.is_empty())
+                    .take(1)
+                    .collect();
+            }
+            for c in exits {
+                if let Some(l) = c.site.as_ref().and_then(|s| recorder.site_location(s)) {
+                    related.push(Related {
+                        location: l,
+                        message: format!("`{}` takes the value out of autograd", c.op),
+                    });
+                }
+            }
+            out.push(CutRec {
+                kind: "loss_rewrap".into(),
+                op: "requires_grad=True".into(),
+                location: site.as_ref().and_then(|s| recorder.site_location(s)),
+                related,
+                params,
+                chain: vec![
+                    "the loss's value is copied into a new leaf tensor".into(),
+                    "✂ backward starts at the copy".into(),
+                ],
+                step: self.step,
+            });
+        }
+        recorder.capture.cuts.extend(out);
+        self.clear();
+    }
+
+    /// Matches an in-place error raised by backward to the in-place op that caused it;
+    /// whether one was found (and written into the capture).
+    pub fn explain_error(&mut self, recorder: &mut Recorder, message: &str) -> bool {
+        if message.contains("a leaf Variable that requires grad") {
+            return false;
+        }
+        let Some(InplaceError {
+            shape,
+            node,
+            at,
+            expected,
+        }) = parse_inplace_error(message)
+        else {
+            return false;
+        };
+        // The message names the tensor's node before or after the in-place op, sometimes
+        // shortened ("Add" for AddBackward0).
+        let names = |e: &&Inplace| {
+            [e.prev_node.as_deref(), e.node.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|n| n == node || n.starts_with(&node))
+        };
+        let in_range = |e: &&Inplace| e.version > expected && e.version <= at;
+        let hit = self
+            .inplace
+            .iter()
+            .filter(names)
+            .filter(|e| shape.is_empty() || e.shape == shape)
+            .find(in_range)
+            .or_else(|| self.inplace.iter().filter(names).find(in_range))
+            .or_else(|| {
+                self.inplace
+                    .iter()
+                    .filter(|e| e.shape == shape)
+                    .find(in_range)
+            });
+        let Some(e) = hit else { return false };
+        let node = e.prev_node.clone().unwrap_or(node);
+        let mut loc = |s: &Option<Site>| s.as_ref().and_then(|s| recorder.site_location(s));
+        let rec = InplaceRec {
+            op: e.op.to_string(),
+            location: loc(&e.site),
+            saved_at: loc(&e.consumed),
+            created_at: loc(&e.created),
+            node,
+            shape: e.shape.clone(),
+            version: e.version,
+            kind: "inplace_saved".into(),
+        };
+        recorder.capture.inplace.push(rec);
+        true
+    }
+
+    /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`.
+    pub fn failed<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        recorder: &mut Recorder,
+        func: &H::Value,
+        message: &str,
+    ) {
+        if !message.contains("a leaf Variable that requires grad") {
+            return;
+        }
+        let name = self.func_info(h, func).name.to_string();
+        let location = h
+            .stack(1)
+            .into_iter()
+            .next()
+            .and_then(|s| recorder.site_location(&s));
+        recorder.capture.inplace.push(InplaceRec {
+            op: name,
+            location,
+            kind: "inplace_leaf".into(),
+            ..Default::default()
+        });
+    }
+}

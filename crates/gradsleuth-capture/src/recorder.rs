@@ -1,0 +1,560 @@
+//! The capture buffer the tracer's hooks write into.
+//!
+//! Identities are integer keys, never tensors, so the capture keeps nothing alive. Locations
+//! get their snippet and a cwd-relative path as they arrive, so a saved capture renders
+//! anywhere. Every method is an event the tracer saw; none reads Python.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use gradsleuth_model::capture::*;
+use gradsleuth_model::{Capture, Location, Related};
+use gradsleuth_source::SourceCache;
+
+use crate::site::Site;
+
+/// A source position as the tracer read it from a frame: file, line, function (each may be
+/// missing: no user frame).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct At {
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub function: Option<String>,
+}
+
+impl At {
+    pub fn new(file: &str, line: u32, function: Option<&str>) -> At {
+        At {
+            file: Some(file.to_owned()),
+            line: Some(line),
+            function: function.map(str::to_owned),
+        }
+    }
+}
+
+impl From<&Site> for At {
+    fn from(s: &Site) -> At {
+        At::new(&s.file, s.line, Some(&s.function))
+    }
+}
+
+/// A module as the tracer describes it.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleInfo {
+    pub key: u64,
+    pub class: String,
+    pub root: Option<u64>,
+    pub name: String,
+    pub parent: Option<u64>,
+    pub attr: String,
+    pub kind: ModuleKind,
+    pub class_def: At,
+    pub forward_def: At,
+}
+
+/// A tensor as the tracer describes it.
+#[derive(Clone, Debug, Default)]
+pub struct TensorInfo {
+    pub key: u64,
+    pub name: String,
+    pub kind: TensorKind,
+    pub module: Option<u64>,
+    pub attr: String,
+    pub shape: Vec<i64>,
+    pub dtype: String,
+    pub requires_grad: bool,
+    pub is_leaf: bool,
+    pub is_parameter: bool,
+    pub chain: Vec<String>,
+    pub leaf: Option<u64>,
+}
+
+/// The capture buffer.
+pub struct Recorder {
+    pub capture: Capture,
+    seq: u64,
+    modules: HashMap<u64, usize>,
+    tensors: HashMap<u64, usize>,
+    optimizers: HashMap<u64, usize>,
+    /// Index of the backward in progress.
+    current_backward: Option<usize>,
+    source: SourceCache,
+    cwd: Option<PathBuf>,
+}
+
+impl Recorder {
+    pub fn new(command: &str, steps: u32, script: Option<String>, argv: Vec<String>) -> Self {
+        let mut capture = Capture {
+            command: command.to_owned(),
+            steps_requested: steps,
+            ..Default::default()
+        };
+        capture.target.script = script;
+        capture.target.argv = argv;
+        Recorder {
+            capture,
+            seq: 0,
+            modules: HashMap::new(),
+            tensors: HashMap::new(),
+            optimizers: HashMap::new(),
+            current_backward: None,
+            source: SourceCache::new(),
+            cwd: std::env::current_dir().ok(),
+        }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// A location with its snippet, relative to the working directory when under it.
+    pub fn loc(&mut self, at: &At) -> Option<Location> {
+        let file = at.file.as_deref()?;
+        let line = at.line?;
+        let mut loc = self.source.location(file, line);
+        loc.function = at.function.clone();
+        if let Some(cwd) = &self.cwd {
+            if let Ok(rel) = std::path::Path::new(file).strip_prefix(cwd) {
+                loc.file = rel.to_string_lossy().into_owned();
+            }
+        }
+        Some(loc)
+    }
+
+    /// A user frame as a location.
+    pub fn site_location(&mut self, site: &Site) -> Option<Location> {
+        self.loc(&At::from(site))
+    }
+
+    fn module_mut(&mut self, key: u64) -> Option<&mut ModuleRec> {
+        let i = *self.modules.get(&key)?;
+        self.capture.modules.get_mut(i)
+    }
+
+    pub fn set_env(
+        &mut self,
+        torch_version: Option<String>,
+        python_version: Option<String>,
+        device: Option<String>,
+    ) {
+        self.capture.environment = Environment {
+            torch_version,
+            python_version,
+            device,
+        };
+    }
+
+    /// Adds or updates a module (run counts are kept on update).
+    pub fn module(&mut self, m: ModuleInfo) {
+        let class_def = self.loc(&m.class_def);
+        let forward_def = self.loc(&m.forward_def);
+        if let Some(r) = self.module_mut(m.key) {
+            r.class = m.class;
+            r.root = m.root;
+            r.name = m.name;
+            r.parent = m.parent;
+            r.attr = m.attr;
+            r.kind = m.kind;
+            r.class_def = class_def.or(r.class_def.take());
+            r.forward_def = forward_def.or(r.forward_def.take());
+            return;
+        }
+        self.modules.insert(m.key, self.capture.modules.len());
+        self.capture.modules.push(ModuleRec {
+            key: m.key,
+            class: m.class,
+            root: m.root,
+            name: m.name,
+            parent: m.parent,
+            attr: m.attr,
+            kind: m.kind,
+            class_def,
+            forward_def,
+            ..Default::default()
+        });
+    }
+
+    /// A module ran (counted once per root call by the tracer).
+    pub fn module_ran(&mut self, key: u64, grad_enabled: bool) {
+        if let Some(m) = self.module_mut(key) {
+            m.runs += 1;
+            if !grad_enabled {
+                m.runs_no_grad += 1;
+            }
+        }
+    }
+
+    pub fn root_call(&mut self) {
+        self.capture.root_calls += 1;
+    }
+
+    /// A sharded tensor (DTensor): how many elements this rank holds.
+    pub fn tensor_shard(&mut self, key: u64, local_numel: u64) {
+        if let Some(&i) = self.tensors.get(&key) {
+            self.capture.tensors[i].local_numel = Some(local_numel);
+        }
+    }
+
+    /// Where a module was first called from (the line in its parent's forward).
+    pub fn module_site(&mut self, key: u64, site: &At) {
+        if self.module_mut(key).is_some_and(|m| m.first_call.is_none()) {
+            let loc = self.loc(site);
+            if let Some(m) = self.module_mut(key) {
+                m.first_call = loc;
+            }
+        }
+    }
+
+    /// Stores the watch record (the command becomes `watch`).
+    pub fn set_watch(&mut self, record: WatchRec) {
+        self.capture.watch = Some(record);
+        self.capture.command = "watch".into();
+    }
+
+    /// Distributed: this process's rank in its job.
+    pub fn set_dist(&mut self, dist: DistInfo) {
+        self.capture.dist = Some(dist);
+    }
+
+    /// The phase the script is in (see `Progress`).
+    pub fn progress(&mut self, step: u32, phase: String) {
+        self.capture.progress = Some(Progress { step, phase });
+    }
+
+    /// An orphan module's call site (first one kept) and a new instance of it.
+    pub fn orphan_call(&mut self, key: u64, site: &At, new_instance: bool) {
+        let loc = self.loc(site);
+        if let Some(m) = self.module_mut(key) {
+            if m.first_call.is_none() {
+                m.first_call = loc;
+            }
+            if new_instance {
+                m.instances += 1;
+            }
+        }
+    }
+
+    /// Adds or replaces a tensor.
+    pub fn tensor(&mut self, t: TensorInfo) {
+        let rec = TensorRec {
+            key: t.key,
+            name: t.name,
+            kind: t.kind,
+            module: t.module,
+            attr: t.attr,
+            shape: t.shape,
+            dtype: t.dtype,
+            requires_grad: t.requires_grad,
+            is_leaf: t.is_leaf,
+            is_parameter: t.is_parameter,
+            grad_fn_chain: t.chain,
+            leaf: t.leaf,
+            assigned_at: None,
+            local_numel: None,
+        };
+        match self.tensors.get(&t.key) {
+            Some(&i) => self.capture.tensors[i] = rec,
+            None => {
+                self.tensors.insert(t.key, self.capture.tensors.len());
+                self.capture.tensors.push(rec);
+            }
+        }
+    }
+
+    /// A tensor registered earlier is no longer part of any model: `foreign` when an
+    /// optimizer still holds it, else `hidden` (kept, not shown).
+    pub fn retire(&mut self, key: u64) {
+        let held = self
+            .capture
+            .optimizers
+            .iter()
+            .any(|o| o.params.contains(&key));
+        if let Some(&i) = self.tensors.get(&key) {
+            self.capture.tensors[i].kind = if held {
+                TensorKind::Foreign
+            } else {
+                TensorKind::Hidden
+            };
+        }
+    }
+
+    pub fn is_orphan_tensor(&self, key: u64) -> bool {
+        self.tensors.get(&key).is_some_and(|&i| {
+            matches!(
+                self.capture.tensors[i].kind,
+                TensorKind::Orphan | TensorKind::Hidden
+            )
+        })
+    }
+
+    pub fn has_tensor(&self, key: u64) -> bool {
+        self.tensors.contains_key(&key)
+    }
+
+    /// Adds an optimizer, or updates its parameters and learning rates.
+    pub fn optimizer(
+        &mut self,
+        key: u64,
+        class: String,
+        created_at: &At,
+        params: Vec<u64>,
+        lrs: Vec<f64>,
+    ) {
+        let created_at = self.loc(created_at);
+        match self.optimizers.get(&key) {
+            Some(&i) => {
+                let o = &mut self.capture.optimizers[i];
+                o.params = params;
+                o.lrs = lrs;
+                if o.created_at.is_none() {
+                    o.created_at = created_at;
+                }
+            }
+            None => {
+                self.optimizers.insert(key, self.capture.optimizers.len());
+                self.capture.optimizers.push(OptimizerRec {
+                    key,
+                    class,
+                    created_at,
+                    params,
+                    lrs,
+                });
+            }
+        }
+    }
+
+    pub fn backward_begin(&mut self, kind: String, site: &At, loss_grad_fn: Option<String>) {
+        let seq = self.next_seq();
+        let location = self.loc(site);
+        self.current_backward = Some(self.capture.backwards.len());
+        self.capture.backwards.push(BackwardRec {
+            seq,
+            kind,
+            location,
+            loss_grad_fn,
+            ..Default::default()
+        });
+    }
+
+    /// A post-accumulate-grad hook fired for `key` during the current backward.
+    pub fn reached(&mut self, key: u64) {
+        if let Some(b) = self
+            .current_backward
+            .and_then(|i| self.capture.backwards.get_mut(i))
+        {
+            b.reached.push(key);
+        }
+    }
+
+    pub fn backward_end(&mut self, grad_norms: Vec<(u64, Option<f64>)>, error: Option<String>) {
+        if let Some(b) = self
+            .current_backward
+            .take()
+            .and_then(|i| self.capture.backwards.get_mut(i))
+        {
+            b.grad_norms = grad_norms;
+            b.error = error;
+        }
+    }
+
+    /// An optimizer step begins; `weight_norms` are the weights before it. Returns the step's
+    /// index for this optimizer (from 1).
+    pub fn step_pre(&mut self, optimizer: u64, weight_norms: Vec<(u64, f64)>) -> u32 {
+        let seq = self.next_seq();
+        let index = self
+            .capture
+            .steps
+            .iter()
+            .filter(|s| s.optimizer == optimizer)
+            .count() as u32
+            + 1;
+        self.capture.steps.push(StepRec {
+            seq,
+            optimizer,
+            index,
+            grad_norms: Vec::new(),
+            weight_before: weight_norms,
+            weight_after: Vec::new(),
+        });
+        index
+    }
+
+    /// The step ended: the gradients it used and the weights after it.
+    pub fn step_post(
+        &mut self,
+        optimizer: u64,
+        grad_norms: Vec<(u64, Option<f64>)>,
+        weight_norms: Vec<(u64, f64)>,
+    ) {
+        if let Some(s) = self
+            .capture
+            .steps
+            .iter_mut()
+            .rev()
+            .find(|s| s.optimizer == optimizer)
+        {
+            s.grad_norms = grad_norms;
+            s.weight_after = weight_norms;
+        }
+    }
+
+    /// A cause seen by the tracer itself (a clip bound, a gradient hook, a reused graph).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_cut(
+        &mut self,
+        kind: String,
+        op: String,
+        site: &At,
+        params: Vec<u64>,
+        related: &At,
+        related_message: String,
+        step: u32,
+    ) {
+        let location = self.loc(site);
+        let related = self
+            .loc(related)
+            .map(|location| {
+                vec![Related {
+                    location,
+                    message: related_message,
+                }]
+            })
+            .unwrap_or_default();
+        self.capture.cuts.push(CutRec {
+            kind,
+            op,
+            location,
+            related,
+            params,
+            chain: Vec::new(),
+            step,
+        });
+    }
+
+    /// Whether each tensor changed between before the first observed step and the end of
+    /// observation (exact: float64 norms).
+    pub fn weight_changes(&mut self, changes: Vec<(u64, bool)>) {
+        self.capture.weight_changes.extend(changes);
+    }
+
+    pub fn zero_grad(&mut self, target: String, key: u64, site: &At) {
+        let seq = self.next_seq();
+        let location = self.loc(site);
+        self.capture.zero_grads.push(ZeroGradRec {
+            seq,
+            target,
+            key,
+            location,
+        });
+    }
+
+    pub fn scaler_step(&mut self, optimizer: u64, stepped: bool, scale: Option<f64>, site: &At) {
+        let seq = self.next_seq();
+        let location = self.loc(site);
+        self.capture.scaler_steps.push(ScalerStepRec {
+            seq,
+            optimizer,
+            stepped,
+            scale,
+            location,
+        });
+    }
+
+    pub fn set_error(&mut self, kind: String, message: String, site: &At) {
+        let location = self.loc(site);
+        self.capture.error = Some(ScriptError {
+            kind,
+            message,
+            location,
+        });
+    }
+
+    pub fn note(&mut self, text: String) {
+        if self.capture.notes.len() < 100 {
+            self.capture.notes.push(text);
+        }
+    }
+
+    /// Keys of every tensor a backward reached, from backward number `since` on.
+    pub fn reached_keys(&self, since: usize) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .capture
+            .backwards
+            .iter()
+            .skip(since)
+            .flat_map(|b| b.reached.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    pub fn backward_count(&self) -> usize {
+        self.capture.backwards.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_update_keeps_its_runs_and_definitions() {
+        let mut r = Recorder::new("run", 3, None, Vec::new());
+        let m = ModuleInfo {
+            key: 7,
+            class: "Linear".into(),
+            name: "fc".into(),
+            kind: ModuleKind::Registered,
+            ..Default::default()
+        };
+        r.module(m.clone());
+        r.module_ran(7, true);
+        r.module_ran(7, false);
+        r.module(ModuleInfo {
+            name: "head.fc".into(),
+            ..m
+        });
+        let rec = &r.capture.modules[0];
+        assert_eq!(
+            (rec.runs, rec.runs_no_grad, rec.name.as_str()),
+            (2, 1, "head.fc")
+        );
+        assert_eq!(r.capture.modules.len(), 1);
+    }
+
+    #[test]
+    fn steps_are_counted_per_optimizer_and_backward_reaches_are_kept() {
+        let mut r = Recorder::new("run", 3, None, Vec::new());
+        assert_eq!(r.step_pre(1, Vec::new()), 1);
+        assert_eq!(r.step_pre(2, Vec::new()), 1);
+        assert_eq!(r.step_pre(1, Vec::new()), 2);
+        r.backward_begin("backward".into(), &At::default(), None);
+        r.reached(5);
+        r.reached(3);
+        r.reached(5);
+        r.backward_end(vec![(5, Some(1.0))], None);
+        r.reached(9); // no backward in progress: dropped
+        assert_eq!(r.reached_keys(0), vec![3, 5]);
+        assert_eq!(r.backward_count(), 1);
+    }
+
+    #[test]
+    fn a_retired_tensor_is_foreign_only_while_an_optimizer_holds_it() {
+        let mut r = Recorder::new("run", 3, None, Vec::new());
+        for key in [1, 2] {
+            r.tensor(TensorInfo {
+                key,
+                kind: TensorKind::Param,
+                ..Default::default()
+            });
+        }
+        r.optimizer(9, "SGD".into(), &At::default(), vec![1], vec![0.1]);
+        r.retire(1);
+        r.retire(2);
+        assert_eq!(r.capture.tensors[0].kind, TensorKind::Foreign);
+        assert_eq!(r.capture.tensors[1].kind, TensorKind::Hidden);
+        assert!(r.is_orphan_tensor(2) && !r.is_orphan_tensor(1));
+    }
+}

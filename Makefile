@@ -58,6 +58,7 @@ lint: build
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
 	$(VENV)/bin/ruff check python tests bench
+	$(VENV)/bin/mypy python/gradsleuth
 
 fmt:
 	cargo fmt --all

@@ -580,7 +580,6 @@ def bench_graph(blocks=1000, experts=11, dot_timeout=120):
     import tempfile
 
     from gradsleuth._core import Recorder
-    from gradsleuth.api import Report
 
     class Block(nn.Module):
         def __init__(self, d):
@@ -645,7 +644,7 @@ def bench_graph(blocks=1000, experts=11, dot_timeout=120):
     nodes = len(snapshot.get("nodes", []))
     assert not snapshot.get("truncated"), "the bench graph is deeper than gradsleuth reads"
     t0 = time.perf_counter()
-    report = Report(rec.report_json(), rec.to_json())
+    report = rec.report()
     page = report.render("html")
     t_render = time.perf_counter() - t0
     ours = getattr(tracer, "graph_seconds", 0.0) + t_render

@@ -20,7 +20,8 @@ import sys
 import traceback
 import types
 
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+from gradsleuth._sites import OWN_DIR as _OWN_DIR
+from gradsleuth._sites import error_site as _error_site
 
 
 def _ours(frame) -> bool:
@@ -44,22 +45,6 @@ def clean_traceback(tb):
 def _print_exception(e: BaseException):
     e.__traceback__ = clean_traceback(e.__traceback__)
     traceback.print_exception(type(e), e, e.__traceback__)
-
-
-def _error_site(e: BaseException):
-    from gradsleuth._tracer import user_frame  # noqa: F401 - only when torch is there
-
-    site = (None, None, None)
-    tb = e.__traceback__
-    while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if not fn.startswith(_OWN_DIR) and "site-packages" not in fn and not fn.startswith("<"):
-            code = tb.tb_frame.f_code
-            site = (os.path.abspath(fn), tb.tb_lineno, getattr(code, "co_qualname", code.co_name))
-        tb = tb.tb_next
-    if isinstance(e, SyntaxError) and e.filename and e.lineno:
-        site = (os.path.abspath(e.filename), e.lineno, None)
-    return site
 
 
 def _dist_env():
@@ -96,7 +81,8 @@ def main(argv: list[str]) -> int:
     deep_all = os.environ.pop("GRADSLEUTH_DEEP", "0") == "1"
     watching = os.environ.pop("GRADSLEUTH_WATCH", "0") == "1"
     tensorboard = os.environ.pop("GRADSLEUTH_TENSORBOARD", None) or None
-    module = None
+    module: str | None = None
+    script: str | None
     if argv[:1] == ["-m"] and len(argv) > 1:
         module, args = argv[1], argv[2:]
         script = None
@@ -180,11 +166,12 @@ def main(argv: list[str]) -> int:
             sys.path.insert(0, os.getcwd())
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
+            assert script is not None and code_obj is not None
             sys.argv = [script, *args]
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
             main_mod = types.ModuleType("__main__")
             main_mod.__file__ = os.path.abspath(script)
-            main_mod.__builtins__ = __builtins__
+            setattr(main_mod, "__builtins__", __builtins__)
             main_mod.__loader__ = None
             main_mod.__spec__ = None
             old_main = sys.modules.get("__main__")

@@ -21,11 +21,12 @@ import os
 import sys
 import time
 import weakref
+from typing import Callable
 
 import torch
 from torch import nn
 
-from gradsleuth._core import NORM_INF, NORM_NAN, Frames
+from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -146,7 +147,8 @@ class Tracer:
         self.steps = max(1, int(steps))
         self.on_done = on_done
         self.on_progress = on_progress
-        self.on_root = None  # called with a model the first time it is called as a root
+        # called with a model the first time it is called as a root
+        self.on_root: Callable[[nn.Module], object] | None = None
         self._finish_pending = False  # done, waiting to be outside any op to finish
         self.active = False
         self.done = False
@@ -432,7 +434,7 @@ class Tracer:
                 f"<{type(module).__name__} built in forward>",
                 parent,
                 "",
-                "orphan",
+                ModuleKind.ORPHAN,
                 class_def(type(module)),
                 forward_def(type(module)),
             )
@@ -442,7 +444,7 @@ class Tracer:
                 self.rec.tensor(
                     tkey,
                     f"{prefix}.{name}",
-                    "orphan",
+                    TensorKind.ORPHAN,
                     okey,
                     name,
                     list(p.shape),
@@ -497,7 +499,7 @@ class Tracer:
                 (prefix + mname) if mname else self._root_names.get(rkey, ""),
                 parent,
                 attr,
-                "root" if m is root else "registered",
+                ModuleKind.ROOT if m is root else ModuleKind.REGISTERED,
                 class_def(type(m)),
                 forward_def(type(m)),
             )
@@ -509,13 +511,13 @@ class Tracer:
                 continue
             tkey = self.key(p)
             attr = pname.rpartition(".")[2]
-            self._tensor(p, tkey, prefix + pname, "param", owner_of.get(id(p)), attr, hook)
+            self._tensor(p, tkey, prefix + pname, TensorKind.PARAM, owner_of.get(id(p)), attr, hook)
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
             for bname, b in m._buffers.items():
                 if b is not None and (b.requires_grad or isinstance(b, nn.Parameter)):
                     qual = f"{mname}.{bname}" if mname else bname
-                    self._tensor(b, self.key(b), prefix + qual, "buffer", mkey, bname, hook)
+                    self._tensor(b, self.key(b), prefix + qual, TensorKind.BUFFER, mkey, bname, hook)
             self._scan_attributes(m, mkey, rkey, prefix + (mname + "." if mname else ""), names, hook)
 
     def _scan_attributes(self, m, mkey, rkey, qual, names, hook):
@@ -534,7 +536,7 @@ class Tracer:
                             continue  # an alias of a registered module
                         self._container_module(item, mkey, rkey, qual + label, label, hook)
                     elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf:
-                        self._tensor(item, self.key(item), qual + label, "container", mkey, label, hook)
+                        self._tensor(item, self.key(item), qual + label, TensorKind.CONTAINER, mkey, label, hook)
 
     def _container_module(self, cm, owner, rkey, qual, label, hook):
         for sub_name, sub in cm.named_modules():
@@ -547,16 +549,16 @@ class Tracer:
                 qual + ("." + sub_name if sub_name else ""),
                 owner if sub is cm else self.key(cm),
                 label if sub is cm else sub_name,
-                "container",
+                ModuleKind.CONTAINER,
                 class_def(type(sub)),
                 forward_def(type(sub)),
             )
         for pname, p in cm.named_parameters():
-            self._tensor(p, self.key(p), f"{qual}.{pname}", "container", owner, f"{label}.{pname}", hook)
+            self._tensor(p, self.key(p), f"{qual}.{pname}", TensorKind.CONTAINER, owner, f"{label}.{pname}", hook)
 
     def _attribute_tensor(self, t, mkey, qual, attr, hook):
         if t.is_leaf:
-            self._tensor(t, self.key(t), qual, "attribute", mkey, attr, hook)
+            self._tensor(t, self.key(t), qual, TensorKind.ATTRIBUTE, mkey, attr, hook)
             return
         from gradsleuth._core import grad_fn_chain
 
@@ -565,11 +567,11 @@ class Tracer:
         leaf_key = None
         if leaf is not None:
             leaf_key = self.key(leaf)
-            self._tensor(leaf, leaf_key, qual + " (hidden leaf)", "hidden", mkey, attr, hook)
+            self._tensor(leaf, leaf_key, qual + " (hidden leaf)", TensorKind.HIDDEN, mkey, attr, hook)
         self.rec.tensor(
             self.key(t),
             qual,
-            "attribute",
+            TensorKind.ATTRIBUTE,
             mkey,
             attr,
             list(t.shape),
@@ -674,7 +676,7 @@ class Tracer:
                     self.rec.tensor(
                         pkey,
                         "<optimizer tensor>",
-                        "foreign",
+                        TensorKind.FOREIGN,
                         None,
                         "",
                         list(p.shape),

@@ -23,6 +23,7 @@ import math
 import sys
 import time
 import weakref
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -51,7 +52,7 @@ def _local(t):
 
 def _stats(t) -> dict:
     t = _local(t).detach()
-    d = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+    d: dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
     if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
         return d
     f = t.float()
@@ -296,7 +297,7 @@ def _singular_at(name: str, tensors, inputs) -> str | None:
     if short in ("sqrt", "rsqrt") and (n := _count(x == 0)):
         return f"{n} input value(s) are exactly 0, where the derivative of {short} is infinite"
     if short in ("pow", "__pow__", "float_power"):
-        args = inputs[0] if isinstance(inputs, tuple) else ()
+        args: tuple[Any, ...] = inputs[0] if isinstance(inputs, tuple) else ()
         e = args[1] if len(args) > 1 else None
         if isinstance(e, (int, float)) and 0 < e < 1 and (n := _count(x == 0)):
             return f"{n} input value(s) are exactly 0, where the derivative of x**{e} is infinite"
@@ -587,7 +588,7 @@ class Watch:
         def done(_t, rec=rec, kind=kind, step=step, w=w):
             self._deep_tracer = None
             try:
-                w.add_deep(rec.report_json(), kind, step)  # Rust keeps the cut findings
+                w.add_deep(rec.report(), kind, step)  # Rust keeps the cut findings
             except Exception as e:  # noqa: BLE001
                 print(f"gradsleuth watch: armed capture: {type(e).__name__}: {e}", file=sys.stderr)
 
@@ -810,11 +811,10 @@ class Watch:
     def report(self):
         """The diagnosis of the run so far (a `gradsleuth.Report`, command `watch`)."""
         from gradsleuth._core import Recorder
-        from gradsleuth.api import Report
 
         rec = Recorder("watch", 0)
         self.attach(rec)
-        return Report(rec.report_json(), rec.to_json())
+        return rec.report()
 
     def attach(self, rec):
         ws = self.watchers()

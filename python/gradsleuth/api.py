@@ -1,80 +1,19 @@
 """The Python API: `diagnose`, `trace`, `assert_learning` and `Report`.
 
 Each runs the same tracer as `gradsleuth run` in-process and hands the capture to the Rust
-analysis; `Report` wraps the schema's JSON and prints as the terminal report.
+analysis; `Report` (a Rust class, `gradsleuth._core.Report`) holds the report and the capture
+and prints as the terminal report.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
+from gradsleuth import _core
+from gradsleuth._sites import error_site
 
-class Report:
-    """A diagnosis. `print(report)` shows the terminal report; `.to_json()` the schema JSON."""
 
-    def __init__(self, report_json: str, capture_json: str | None = None):
-        self._json = report_json
-        self._data = json.loads(report_json)
-        self._capture = capture_json
-
-    @property
-    def findings(self) -> list[dict]:
-        return self._data.get("findings", [])
-
-    @property
-    def parameters(self) -> list[dict]:
-        return self._data.get("parameters", [])
-
-    @property
-    def error(self) -> dict | None:
-        return self._data.get("error")
-
-    @property
-    def steps_observed(self) -> int:
-        return self._data.get("steps_observed") or 0
-
-    def status(self, name: str) -> str | None:
-        """The status of the parameter called `name`."""
-        for p in self.parameters:
-            if p["name"] == name:
-                return p["status"]
-        return None
-
-    @property
-    def ok(self) -> bool:
-        """No error or warning findings."""
-        return not any(f["severity"] in ("error", "warning") for f in self.findings)
-
-    def to_json(self) -> str:
-        return self._json
-
-    def to_dict(self) -> dict:
-        return json.loads(self._json)
-
-    def save_capture(self, path: str) -> None:
-        """Writes the capture, for `gradsleuth report FILE` later."""
-        if self._capture is None:
-            raise ValueError("this report has no capture")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self._capture)
-
-    def render(self, format: str = "text", color: bool = False, all_params: bool = False) -> str:
-        """`text`, `json`, `html` (one self-contained page) or `dot` (Graphviz)."""
-        from gradsleuth._core import render
-
-        return render(self._json, format, color, all_params, self._capture)
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows the HTML report."""
-        return self.render("html")
-
-    def __str__(self) -> str:
-        return self.render()
-
-    def __repr__(self) -> str:
-        n = len(self.findings)
-        return f"<gradsleuth.Report: {n} finding{'s' if n != 1 else ''}, {self.steps_observed} steps>"
+Report = _core.Report
 
 
 class trace:
@@ -112,9 +51,7 @@ class trace:
     def __exit__(self, exc_type, exc, tb):
         self._tracer.finish()
         if exc is not None:
-            from gradsleuth._run import _error_site
-
-            self._rec.set_error(exc_type.__name__, str(exc), _error_site(exc))
+            self._rec.set_error(exc_type.__name__, str(exc), error_site(exc))
         return False
 
     def report(self) -> Report:
@@ -122,7 +59,7 @@ class trace:
             raise RuntimeError("trace() has not run yet")
         if self._tracer is not None and not self._tracer.done:
             self._tracer.finish()
-        return Report(self._rec.report_json(), self._rec.to_json())
+        return self._rec.report()
 
 
 def _forward_loss(model, batch, loss_fn):
@@ -145,7 +82,6 @@ def diagnose(model, batch, loss_fn, optimizer=None, steps: int = 1, restore: boo
     import torch
 
     from gradsleuth._core import Recorder
-    from gradsleuth._run import _error_site
     from gradsleuth._tracer import Tracer
 
     rec = Recorder("diagnose", steps)
@@ -163,13 +99,13 @@ def diagnose(model, batch, loss_fn, optimizer=None, steps: int = 1, restore: boo
             if optimizer is not None:
                 optimizer.step()
     except Exception as e:  # noqa: BLE001 - the failure is part of the diagnosis
-        rec.set_error(type(e).__name__, str(e), _error_site(e))
+        rec.set_error(type(e).__name__, str(e), error_site(e))
     finally:
         tracer.finish()
         if saved is not None:
             with torch.no_grad():
                 _restore(saved, optimizer)
-    return Report(rec.report_json(), rec.to_json())
+    return rec.report()
 
 
 def assert_learning(model, batch, loss_fn, optimizer=None, steps: int = 2) -> Report:

@@ -21,6 +21,7 @@ use pyo3::prelude::*;
 mod frames;
 mod graph;
 mod oplog;
+mod report;
 mod watch;
 
 type Loc3 = (Option<String>, Option<u32>, Option<String>);
@@ -39,27 +40,63 @@ pub struct Recorder {
     pub(crate) inner: gradsleuth_capture::Recorder,
 }
 
-fn parse_module_kind(s: &str) -> PyResult<ModuleKind> {
-    Ok(match s {
-        "root" => ModuleKind::Root,
-        "registered" => ModuleKind::Registered,
-        "container" => ModuleKind::Container,
-        "orphan" => ModuleKind::Orphan,
-        _ => return Err(PyValueError::new_err(format!("unknown module kind {s:?}"))),
-    })
+/// What a module is to its model (`ModuleKind.ROOT`, ...).
+#[pyclass(module = "gradsleuth._core", name = "ModuleKind", eq, eq_int, frozen)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum PyModuleKind {
+    #[pyo3(name = "ROOT")]
+    Root,
+    #[pyo3(name = "REGISTERED")]
+    Registered,
+    #[pyo3(name = "CONTAINER")]
+    Container,
+    #[pyo3(name = "ORPHAN")]
+    Orphan,
 }
 
-fn parse_tensor_kind(s: &str) -> PyResult<TensorKind> {
-    Ok(match s {
-        "param" => TensorKind::Param,
-        "container" => TensorKind::Container,
-        "attribute" => TensorKind::Attribute,
-        "buffer" => TensorKind::Buffer,
-        "orphan" => TensorKind::Orphan,
-        "foreign" => TensorKind::Foreign,
-        "hidden" => TensorKind::Hidden,
-        _ => return Err(PyValueError::new_err(format!("unknown tensor kind {s:?}"))),
-    })
+impl From<PyModuleKind> for ModuleKind {
+    fn from(k: PyModuleKind) -> ModuleKind {
+        match k {
+            PyModuleKind::Root => ModuleKind::Root,
+            PyModuleKind::Registered => ModuleKind::Registered,
+            PyModuleKind::Container => ModuleKind::Container,
+            PyModuleKind::Orphan => ModuleKind::Orphan,
+        }
+    }
+}
+
+/// What a tracked tensor is (`TensorKind.PARAM`, ...).
+#[pyclass(module = "gradsleuth._core", name = "TensorKind", eq, eq_int, frozen)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum PyTensorKind {
+    #[pyo3(name = "PARAM")]
+    Param,
+    #[pyo3(name = "CONTAINER")]
+    Container,
+    #[pyo3(name = "ATTRIBUTE")]
+    Attribute,
+    #[pyo3(name = "BUFFER")]
+    Buffer,
+    #[pyo3(name = "ORPHAN")]
+    Orphan,
+    #[pyo3(name = "FOREIGN")]
+    Foreign,
+    #[pyo3(name = "HIDDEN")]
+    Hidden,
+}
+
+impl From<PyTensorKind> for TensorKind {
+    fn from(k: PyTensorKind) -> TensorKind {
+        match k {
+            PyTensorKind::Param => TensorKind::Param,
+            PyTensorKind::Container => TensorKind::Container,
+            PyTensorKind::Attribute => TensorKind::Attribute,
+            PyTensorKind::Buffer => TensorKind::Buffer,
+            PyTensorKind::Orphan => TensorKind::Orphan,
+            PyTensorKind::Foreign => TensorKind::Foreign,
+            PyTensorKind::Hidden => TensorKind::Hidden,
+        }
+    }
 }
 
 #[pymethods]
@@ -93,10 +130,10 @@ impl Recorder {
         name: String,
         parent: Option<u64>,
         attr: String,
-        kind: &str,
+        kind: PyRef<'_, PyModuleKind>,
         class_def: Loc3,
         forward_def: Loc3,
-    ) -> PyResult<()> {
+    ) {
         self.inner.module(ModuleInfo {
             key,
             class: class_,
@@ -104,11 +141,10 @@ impl Recorder {
             name,
             parent,
             attr,
-            kind: parse_module_kind(kind)?,
+            kind: (*kind).into(),
             class_def: at(class_def),
             forward_def: at(forward_def),
         });
-        Ok(())
     }
 
     /// A module ran (counted once per root call by the tracer).
@@ -173,7 +209,7 @@ impl Recorder {
         &mut self,
         key: u64,
         name: String,
-        kind: &str,
+        kind: PyRef<'_, PyTensorKind>,
         module: Option<u64>,
         attr: String,
         shape: Vec<i64>,
@@ -183,11 +219,11 @@ impl Recorder {
         is_parameter: bool,
         chain: Vec<String>,
         leaf: Option<u64>,
-    ) -> PyResult<()> {
+    ) {
         self.inner.tensor(TensorInfo {
             key,
             name,
-            kind: parse_tensor_kind(kind)?,
+            kind: (*kind).into(),
             module,
             attr,
             shape,
@@ -198,7 +234,6 @@ impl Recorder {
             chain,
             leaf,
         });
-        Ok(())
     }
 
     /// A tensor registered earlier is no longer part of any model: `foreign` when an
@@ -326,11 +361,21 @@ impl Recorder {
 
     /// The report as JSON (the schema's format).
     fn report_json(&self) -> String {
+        self.analyzed().to_json()
+    }
+
+    /// The diagnosis of what was captured so far, holding a copy of the capture.
+    fn report(&self) -> report::Report {
+        report::Report::new(self.analyzed(), Some(self.inner.capture.clone()))
+    }
+}
+
+impl Recorder {
+    fn analyzed(&self) -> gradsleuth_model::Report {
         gradsleuth_analysis::analyze_annotated(
             &self.inner.capture,
             gradsleuth_lint::cross_reference,
         )
-        .to_json()
     }
 }
 
@@ -345,7 +390,7 @@ fn analyze(capture_json: &str) -> PyResult<String> {
     )
 }
 
-/// Renders a report (JSON) as `text` or `json`.
+/// Renders a report (JSON) as `text`, `json`, `html` or `dot` (which needs the capture).
 #[pyfunction]
 #[pyo3(signature = (report_json, format="text", color=false, all_params=false, capture_json=None))]
 fn render(
@@ -358,17 +403,27 @@ fn render(
     let report = gradsleuth_model::Report::from_json(report_json)
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let capture = capture_json.and_then(|c| Capture::from_json(c).ok());
+    render_report(&report, capture.as_ref(), format, color, all_params)
+}
+
+pub(crate) fn render_report(
+    report: &gradsleuth_model::Report,
+    capture: Option<&Capture>,
+    format: &str,
+    color: bool,
+    all_params: bool,
+) -> PyResult<String> {
     match format {
-        "html" => Ok(gradsleuth_render::html(&report, capture.as_ref())),
-        "dot" => match &capture {
-            Some(c) => Ok(gradsleuth_render::graph::dot(c, &report)),
+        "html" => Ok(gradsleuth_render::html(report, capture)),
+        "dot" => match capture {
+            Some(c) => Ok(gradsleuth_render::graph::dot(c, report)),
             None => Err(PyValueError::new_err("dot needs the capture")),
         },
         "text" => Ok(gradsleuth_render::text(
-            &report,
+            report,
             gradsleuth_render::TextOptions { color, all_params },
         )),
-        "json" => Ok(gradsleuth_render::json(&report)),
+        "json" => Ok(gradsleuth_render::json(report)),
         other => Err(PyValueError::new_err(format!(
             "unknown format {other:?} (text, json, html, dot)"
         ))),
@@ -435,6 +490,9 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
+    m.add_class::<report::Report>()?;
+    m.add_class::<PyModuleKind>()?;
+    m.add_class::<PyTensorKind>()?;
     m.add_class::<watch::Watcher>()?;
     m.add_class::<oplog::OpLog>()?;
     m.add_class::<frames::Frames>()?;

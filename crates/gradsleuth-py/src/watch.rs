@@ -59,12 +59,9 @@ impl Watcher {
         Ok(())
     }
 
-    /// The report (JSON) of an op-level step armed by the anomaly `kind` at `step`.
-    fn add_deep(&mut self, report: &str, kind: &str, step: u64) -> PyResult<()> {
-        let r = gradsleuth_model::Report::from_json(report)
-            .map_err(|e| PyValueError::new_err(format!("armed report: {e}")))?;
-        self.monitor.add_deep(&r, kind, step);
-        Ok(())
+    /// The report of an op-level step armed by the anomaly `kind` at `step`.
+    fn add_deep(&mut self, report: PyRef<'_, crate::report::Report>, kind: &str, step: u64) {
+        self.monitor.add_deep(report.data(), kind, step);
     }
 
     fn status_line(&self) -> String {

@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
             main_mod = types.ModuleType("__main__")
             main_mod.__file__ = os.path.abspath(script)
-            setattr(main_mod, "__builtins__", __builtins__)
+            main_mod.__builtins__ = __builtins__  # type: ignore[attr-defined]
             main_mod.__loader__ = None
             main_mod.__spec__ = None
             old_main = sys.modules.get("__main__")

@@ -12,7 +12,6 @@ import sys
 from gradsleuth import _core
 from gradsleuth._sites import error_site
 
-
 Report = _core.Report
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -242,3 +244,22 @@ def test_commands_that_need_no_torch_do_not_import_it(tmp_path):
     p = subprocess.run([sys.executable, "-c", code, str(cap)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "rc 0" in p.stdout
+
+
+def test_the_bootstrap_refuses_a_run_configuration_it_cannot_read(write_script, tmp_path):
+    """`gradsleuth run` hands the child one typed file; a broken or foreign one is a clear
+    error and exit 2, never a traceback from gradsleuth."""
+    script = write_script("print('ran')\n")
+    bad = tmp_path / "bad.config"
+    for text, says in [("{not json", "run configuration"), ('{"version": 99}', "version 99")]:
+        bad.write_text(text)
+        proc = subprocess.run(
+            [sys.executable, "-m", "gradsleuth._run", str(script)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GRADSLEUTH_RUN_CONFIG": str(bad)},
+            timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "gradsleuth: error:" in proc.stderr and says in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and "ran" not in proc.stdout

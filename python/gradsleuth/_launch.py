@@ -3,8 +3,8 @@
 
 Parses the torchrun arguments with torch.distributed.run's own parser, makes every rank run
 its script under `gradsleuth._run` (so the tracer is in every rank), and starts the job with
-torch.distributed.run itself. Each rank writes its capture to `$GRADSLEUTH_CAPTURE` with
-`{rank}` replaced; the `gradsleuth` command merges them when the job ends.
+torch.distributed.run itself. Each rank writes its capture to the run configuration's capture
+path with `{rank}` replaced; the `gradsleuth` command merges them when the job ends.
 """
 
 from __future__ import annotations

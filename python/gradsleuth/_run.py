@@ -1,11 +1,12 @@
 """Bootstrap of `gradsleuth run`: `python -m gradsleuth._run [-- SCRIPT | -m MODULE] ARGS...`.
 
 Runs the user's script as `python SCRIPT ARGS` would (`sys.argv`, `__main__`, `sys.path[0]`),
-with the tracer installed first. The capture goes to `$GRADSLEUTH_CAPTURE` when observation
+with the tracer installed first, configured by the file `$GRADSLEUTH_RUN_CONFIG` names (written
+by `gradsleuth run`, read as `_core.RunConfig`). The capture goes to its path when observation
 ends and again when the script ends (with its exception, if any). The script's traceback is
 printed as Python would print it, without gradsleuth's or runpy's frames.
 
-Under torch.distributed's launcher every rank runs this: `{rank}` in `$GRADSLEUTH_CAPTURE` is
+Under torch.distributed's launcher every rank runs this: `{rank}` in the capture path is
 replaced by the rank, the capture records rank and world size, and it is rewritten at each
 phase of the observed steps, so a rank that hangs or is killed still tells where it was.
 SIGTERM (the launcher stopping a rank after another failed) is recorded as the rank's error.
@@ -72,15 +73,24 @@ def _finish(tracer):
 
 
 def main(argv: list[str]) -> int:
-    capture_path = os.environ.pop("GRADSLEUTH_CAPTURE", None)
+    from gradsleuth._core import RUN_CONFIG_ENV, RunConfig
+
+    # Popped: the script's own child interpreters (DataLoader workers) are not traced again.
+    config_path = os.environ.pop(RUN_CONFIG_ENV, None)
+    try:
+        config = RunConfig.load(config_path) if config_path else RunConfig()
+    except (OSError, ValueError) as e:
+        print(f"gradsleuth: error: {e}", file=sys.stderr)
+        return 2
+    capture_path = config.capture
     dist_env = _dist_env()
     if capture_path and "{rank}" in capture_path:
         capture_path = capture_path.replace("{rank}", str(dist_env[0] if dist_env else 0))
-    steps = int(os.environ.pop("GRADSLEUTH_STEPS", "3") or 3)
-    stop_after = os.environ.pop("GRADSLEUTH_STOP_AFTER", "0") == "1"
-    deep_all = os.environ.pop("GRADSLEUTH_DEEP", "0") == "1"
-    watching = os.environ.pop("GRADSLEUTH_WATCH", "0") == "1"
-    tensorboard = os.environ.pop("GRADSLEUTH_TENSORBOARD", None) or None
+    steps = config.steps
+    stop_after = config.stop_after
+    deep_all = config.deep
+    watching = config.watch
+    tensorboard = config.tensorboard
     module: str | None = None
     script: str | None
     if argv[:1] == ["-m"] and len(argv) > 1:

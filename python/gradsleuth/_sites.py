@@ -4,10 +4,11 @@ torch is imported (a syntax error in the script) and the API after a failed step
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-Site = tuple[str | None, int | None, str | None]
+Site = tuple[Optional[str], Optional[int], Optional[str]]
 
 
 def error_site(e: BaseException) -> Site:

@@ -11,17 +11,20 @@
 //!   its stable code, root-cause [`finding::Category`], the line the user must change, a chain
 //!   in words and a concrete fix. Runtime checks and lint rules produce this same type.
 //! * [`report::Report`]: what a command prints, serialised exactly as
-//!   `shared/report.schema.json` describes.
+//!   `schema/report.schema.json` describes.
+//! * [`run_config::RunConfig`]: what `gradsleuth run` tells the interpreter it starts.
 //!
 //! Nothing here knows about Python, PyO3 or the terminal.
 
 pub mod capture;
 pub mod finding;
 pub mod report;
+pub mod run_config;
 
 pub use capture::{Capture, CaptureError};
 pub use finding::{Category, Explanation, Finding, Location, Related, Severity};
 pub use report::{ParamRow, ParamStatus, Report, ReportError};
+pub use run_config::RunConfig;
 
 /// The version of gradsleuth that wrote a capture or report.
 pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");

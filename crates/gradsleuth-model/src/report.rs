@@ -1,4 +1,4 @@
-//! The report: what commands print, field for field as `shared/report.schema.json` says.
+//! The report: what commands print, field for field as `schema/report.schema.json` says.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

@@ -18,6 +18,7 @@ use gradsleuth_model::Capture;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
+mod config;
 mod frames;
 mod graph;
 mod oplog;
@@ -491,6 +492,11 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
     m.add_class::<report::Report>()?;
+    m.add_class::<config::RunConfig>()?;
+    m.add(
+        "RUN_CONFIG_ENV",
+        gradsleuth_model::run_config::RUN_CONFIG_ENV,
+    )?;
     m.add_class::<PyModuleKind>()?;
     m.add_class::<PyTensorKind>()?;
     m.add_class::<watch::Watcher>()?;

@@ -144,7 +144,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
         None => cmd.arg("--").arg(&target),
     };
     cmd.args(&script_args);
-    configure(&mut cmd, &args, &capture_path);
+    configure(&mut cmd, &args, &capture_path)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
     let script_code = if timed_out {
         124
@@ -195,24 +195,28 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     Ok(if script_code != 0 { script_code } else { code })
 }
 
-/// Environment every traced process gets (single run or each rank).
-fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) {
-    cmd.env("GRADSLEUTH_CAPTURE", capture_path)
-        .env("GRADSLEUTH_STEPS", args.steps.to_string())
-        .env(
-            "GRADSLEUTH_STOP_AFTER",
-            if args.stop_after { "1" } else { "0" },
-        );
-    if args.deep {
-        cmd.env("GRADSLEUTH_DEEP", "1");
-    }
-    if args.watch {
-        cmd.env("GRADSLEUTH_WATCH", "1");
-    }
-    if let Some(dir) = &args.tensorboard {
-        let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-        cmd.env("GRADSLEUTH_TENSORBOARD", abs);
-    }
+/// What every traced process gets (single run or each rank): the typed run configuration,
+/// written next to the captures, and its path in the environment.
+fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) -> Result<(), CliError> {
+    let config = gradsleuth_model::RunConfig {
+        capture: Some(capture_path.to_string_lossy().into_owned()),
+        steps: args.steps,
+        stop_after: args.stop_after,
+        deep: args.deep,
+        watch: args.watch,
+        tensorboard: args.tensorboard.as_ref().map(|dir| {
+            std::path::absolute(dir)
+                .unwrap_or_else(|_| dir.clone())
+                .to_string_lossy()
+                .into_owned()
+        }),
+        ..Default::default()
+    };
+    // Not `*.json`: the folder's JSON files are the ranks' captures.
+    let path = capture_path.with_file_name("gradsleuth-run.config");
+    std::fs::write(&path, config.to_json())
+        .map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))?;
+    cmd.env(gradsleuth_model::run_config::RUN_CONFIG_ENV, &path);
     if args.python.is_some() {
         // Another interpreter may not have gradsleuth installed: lend it ours.
         if let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") {
@@ -225,6 +229,7 @@ fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) {
             }
         }
     }
+    Ok(())
 }
 
 /// Starts `cmd` and waits for it, at most `timeout` seconds; on timeout every process it
@@ -274,7 +279,7 @@ fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliErro
     let python = interpreter(args);
     let mut cmd = Command::new(&python);
     cmd.arg("-m").arg("gradsleuth._launch").args(&launcher);
-    configure(&mut cmd, args, &pattern);
+    configure(&mut cmd, args, &pattern)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
     let launcher_code = if timed_out {
         124

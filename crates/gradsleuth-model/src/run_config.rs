@@ -1,0 +1,86 @@
+//! What `gradsleuth run` tells the interpreter it starts (every rank's, under a launcher):
+//! one typed, versioned JSON file whose path is the only environment variable the child
+//! reads (`GRADSLEUTH_RUN_CONFIG`). The bootstrap loads it through `_core.RunConfig`.
+
+use serde::{Deserialize, Serialize};
+
+/// The environment variable holding the run configuration's path.
+pub const RUN_CONFIG_ENV: &str = "GRADSLEUTH_RUN_CONFIG";
+
+/// The version of [`RunConfig`] this build writes and reads.
+pub const RUN_CONFIG_VERSION: u32 = 1;
+
+/// `gradsleuth run`'s options, as the traced interpreter needs them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    pub version: u32,
+    /// Where the capture is written; `{rank}` is replaced by the process's rank.
+    pub capture: Option<String>,
+    /// Training steps observed (optimizer steps, or backward calls without an optimizer).
+    pub steps: u32,
+    /// End the script once the observed steps are done.
+    pub stop_after: bool,
+    /// Op-level capture in every observed step.
+    pub deep: bool,
+    /// Keep the watch monitor on for the whole run.
+    pub watch: bool,
+    /// TensorBoard event files go here (absolute).
+    pub tensorboard: Option<String>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            version: RUN_CONFIG_VERSION,
+            capture: None,
+            steps: 3,
+            stop_after: false,
+            deep: false,
+            watch: false,
+            tensorboard: None,
+        }
+    }
+}
+
+impl RunConfig {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Reads a configuration, refusing another version or unknown fields.
+    pub fn from_json(text: &str) -> Result<RunConfig, String> {
+        // The version first: another version's fields are not this one's to judge.
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let version = value.get("version").and_then(|v| v.as_u64());
+        if version != Some(u64::from(RUN_CONFIG_VERSION)) {
+            let v = version.map_or("missing".to_owned(), |v| v.to_string());
+            return Err(format!(
+                "run configuration version {v} (this gradsleuth reads {RUN_CONFIG_VERSION})"
+            ));
+        }
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_refuses_what_it_does_not_know() {
+        let c = RunConfig {
+            capture: Some("/tmp/x/rank{rank}.json".into()),
+            steps: 5,
+            watch: true,
+            ..Default::default()
+        };
+        assert_eq!(RunConfig::from_json(&c.to_json()).unwrap(), c);
+        let other = c.to_json().replace("\"version\": 1", "\"version\": 9");
+        assert!(RunConfig::from_json(&other)
+            .unwrap_err()
+            .contains("version 9"));
+        let extra = c.to_json().replacen('{', "{\"colour\": true,", 1);
+        assert!(RunConfig::from_json(&extra).is_err());
+    }
+}

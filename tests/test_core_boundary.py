@@ -37,7 +37,7 @@ def test_the_stub_lists_exactly_what_the_module_has():
     names, classes = _stub()
     public = {n for n in dir(_core) if not n.startswith("_") or n == "__version__"}
     assert public - names == set(), f"in _core but not in the stub: {sorted(public - names)}"
-    assert names - public - {"Loc"} == set(), f"in the stub but not in _core: {sorted(names - public)}"
+    assert names - public - {"Loc", "Phase", "BackwardKind", "ZeroGradTarget", "TracerCut"} == set(), f"in the stub but not in _core: {sorted(names - public)}"
     for cls, members in classes.items():
         real = {n for n in dir(getattr(_core, cls)) if not n.startswith("__")}
         stubbed = members - {"__init__"}
@@ -96,3 +96,19 @@ def test_report_is_the_rust_class_and_reads_back_its_json(tmp_path):
     report.save_capture(str(tmp_path / "cap.json"))
     assert (tmp_path / "cap.json").read_text().startswith("{")
     assert "finding" in repr(report)
+
+
+def test_closed_sets_refuse_unknown_names():
+    rec = _core.Recorder("run", 1)
+    for call in (
+        lambda: rec.progress(1, "sideways"),
+        lambda: rec.backward_begin("forward", (None, None, None), None),
+        lambda: rec.zero_grad("scheduler", 1, (None, None, None)),
+        lambda: rec.add_cut("teleport", "op", (None, None, None), []),
+    ):
+        try:
+            call()
+        except ValueError as e:
+            assert "unknown" in str(e)
+        else:
+            raise AssertionError("accepted an unknown name")

@@ -139,10 +139,10 @@ fn watch_rows(w: &gradsleuth_model::capture::WatchRec) -> Vec<gradsleuth_model::
         .iter()
         .map(|p| {
             let g = &p.grad_norm;
-            let stopped = w
-                .events
-                .iter()
-                .any(|e| e.kind == "stopped" && e.names.contains(&p.name));
+            let stopped = w.events.iter().any(|e| {
+                e.kind == gradsleuth_model::capture::WatchEventKind::Stopped
+                    && e.names.contains(&p.name)
+            });
             let status = if p.first_nonfinite_step.is_some() {
                 S::Nan
             } else if g.count > 0 && g.none == g.count || stopped {

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gradsleuth_model::report::ReportErrorInfo;
 use gradsleuth_model::{
-    Capture, Category, Finding, Location, ParamRow, ParamStatus, Related, Report, Severity,
+    Capture, Finding, Location, ParamRow, ParamStatus, Related, Report, Severity,
 };
 use gradsleuth_source::SourceCache;
 
@@ -80,7 +80,7 @@ impl RankDigest {
             && capture
                 .progress
                 .as_ref()
-                .is_some_and(|p| p.phase == "forward");
+                .is_some_and(|p| p.phase == gradsleuth_model::capture::Phase::Forward);
         let calls = capture
             .root_calls
             .saturating_sub(u32::from(failed_in_forward));
@@ -112,7 +112,10 @@ impl RankDigest {
             findings: report.findings,
             info: RankInfo {
                 steps: report.steps_observed.unwrap_or(0),
-                phase: capture.progress.as_ref().map(|p| (p.step, p.phase.clone())),
+                phase: capture
+                    .progress
+                    .as_ref()
+                    .map(|p| (p.step, p.phase.as_str().to_owned())),
                 error: capture
                     .error
                     .as_ref()
@@ -345,7 +348,7 @@ impl Merger {
                 )
             };
             message.push_str(": DDP reduces its parameters on every rank, so training stops with \"Expected to have finished reduction in the prior iteration\" or hangs (find_unused_parameters=False), or averages its gradient with zeros from the ranks that skipped it (True).");
-            let mut f = Finding::new("GS130", Category::RankDivergence, Severity::Error, message);
+            let mut f = gradsleuth_rules::registered("GS130").finding(Severity::Error, message);
             let call = m.call_site.clone();
             let branch = call.as_ref().and_then(|c| {
                 source
@@ -496,7 +499,7 @@ impl Merger {
                     None => continue,
                 }
             };
-            let mut f = Finding::new("GS131", Category::Other, severity, message);
+            let mut f = gradsleuth_rules::registered("GS131").finding(severity, message);
             f.location = location;
             f.ranks = vec![rank];
             if severity == Severity::Error {
@@ -515,9 +518,7 @@ impl Merger {
             let why = self.missing.get(&rank).cloned().unwrap_or_else(|| {
                 "it ended before gradsleuth's tracer started, or was killed".into()
             });
-            let mut f = Finding::new(
-                "GS131",
-                Category::Other,
+            let mut f = gradsleuth_rules::registered("GS131").finding(
                 Severity::Error,
                 format!("rank {rank} left no capture: {why}."),
             );
@@ -535,9 +536,7 @@ impl Merger {
                 .iter()
                 .map(|(steps, ranks)| format!("ranks {}: {steps}", rank_list(ranks)))
                 .collect();
-            let mut f = Finding::new(
-                "GS132",
-                Category::Other,
+            let mut f = gradsleuth_rules::registered("GS132").finding(
                 Severity::Info,
                 format!(
                     "steps observed per rank: {}{}",
@@ -745,7 +744,7 @@ mod tests {
         });
         r0.progress = Some(Progress {
             step: 2,
-            phase: "backward".into(),
+            phase: gradsleuth_model::capture::Phase::Backward,
         });
         let mut r1 = rank_capture(1, 2, 0);
         r1.error = Some(ScriptError {
@@ -755,7 +754,7 @@ mod tests {
         });
         r1.progress = Some(Progress {
             step: 3,
-            phase: "forward".into(),
+            phase: gradsleuth_model::capture::Phase::Forward,
         });
         let report = merge(&[r0, r1]);
         let err = report.error.as_ref().unwrap();
@@ -779,12 +778,14 @@ mod tests {
     #[test]
     fn a_hang_names_the_rank_that_is_behind() {
         let mut m = Merger::new(3);
-        for (rank, step, phase) in [(0, 2, "forward"), (1, 1, "step"), (2, 2, "backward")] {
+        use gradsleuth_model::capture::Phase;
+        for (rank, step, phase) in [
+            (0, 2, Phase::Forward),
+            (1, 1, Phase::Step),
+            (2, 2, Phase::Backward),
+        ] {
             let mut c = rank_capture(rank, 3, 3);
-            c.progress = Some(Progress {
-                step,
-                phase: phase.into(),
-            });
+            c.progress = Some(Progress { step, phase });
             m.add(&c, rank);
         }
         m.timed_out();

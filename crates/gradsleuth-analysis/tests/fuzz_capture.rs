@@ -145,7 +145,7 @@ fn capture() -> impl Strategy<Value = Capture> {
                     seq += 1;
                     c.backwards.push(BackwardRec {
                         seq,
-                        kind: "backward".into(),
+                        kind: gradsleuth_model::capture::BackwardKind::Backward,
                         reached,
                         grad_norms,
                         ..Default::default()
@@ -176,7 +176,7 @@ fn capture() -> impl Strategy<Value = Capture> {
                     seq += 1;
                     c.zero_grads.push(ZeroGradRec {
                         seq,
-                        target: "optimizer".into(),
+                        target: gradsleuth_model::capture::ZeroGradTarget::Optimizer,
                         key: k,
                         location: None,
                     });
@@ -213,7 +213,7 @@ proptest! {
     fn truncated_and_mutated_captures_are_errors_not_panics(cut in 0usize..2000, flip in 0usize..2000, byte in any::<u8>()) {
         let mut c = Capture::default();
         c.tensors.push(TensorRec { key: 1, name: "w".into(), ..Default::default() });
-        c.backwards.push(BackwardRec { seq: 1, kind: "backward".into(), reached: vec![1], ..Default::default() });
+        c.backwards.push(BackwardRec { seq: 1, kind: gradsleuth_model::capture::BackwardKind::Backward, reached: vec![1], ..Default::default() });
         let mut bytes = c.to_json().into_bytes();
         if !bytes.is_empty() {
             let i = flip % bytes.len();

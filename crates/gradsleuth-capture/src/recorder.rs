@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use gradsleuth_model::capture::*;
-use gradsleuth_model::{Capture, Location, Related};
+use gradsleuth_model::{Capture, Category, Location, Related};
 use gradsleuth_source::SourceCache;
 
 use crate::site::Site;
@@ -218,7 +218,7 @@ impl Recorder {
     }
 
     /// The phase the script is in (see `Progress`).
-    pub fn progress(&mut self, step: u32, phase: String) {
+    pub fn progress(&mut self, step: u32, phase: Phase) {
         self.capture.progress = Some(Progress { step, phase });
     }
 
@@ -324,7 +324,7 @@ impl Recorder {
         }
     }
 
-    pub fn backward_begin(&mut self, kind: String, site: &At, loss_grad_fn: Option<String>) {
+    pub fn backward_begin(&mut self, kind: BackwardKind, site: &At, loss_grad_fn: Option<String>) {
         let seq = self.next_seq();
         let location = self.loc(site);
         self.current_backward = Some(self.capture.backwards.len());
@@ -403,7 +403,7 @@ impl Recorder {
     #[allow(clippy::too_many_arguments)]
     pub fn add_cut(
         &mut self,
-        kind: String,
+        kind: Category,
         op: String,
         site: &At,
         params: Vec<u64>,
@@ -438,7 +438,7 @@ impl Recorder {
         self.capture.weight_changes.extend(changes);
     }
 
-    pub fn zero_grad(&mut self, target: String, key: u64, site: &At) {
+    pub fn zero_grad(&mut self, target: ZeroGradTarget, key: u64, site: &At) {
         let seq = self.next_seq();
         let location = self.loc(site);
         self.capture.zero_grads.push(ZeroGradRec {
@@ -530,7 +530,7 @@ mod tests {
         assert_eq!(r.step_pre(1, Vec::new()), 1);
         assert_eq!(r.step_pre(2, Vec::new()), 1);
         assert_eq!(r.step_pre(1, Vec::new()), 2);
-        r.backward_begin("backward".into(), &At::default(), None);
+        r.backward_begin(BackwardKind::Backward, &At::default(), None);
         r.reached(5);
         r.reached(3);
         r.reached(5);

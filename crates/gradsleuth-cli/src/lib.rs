@@ -104,6 +104,30 @@ pub enum CliError {
     Io(String),
 }
 
+/// A registry entry as SARIF describes a rule.
+pub fn rule_info(r: gradsleuth_rules::Rule) -> gradsleuth_render::RuleInfo {
+    gradsleuth_render::RuleInfo {
+        code: r.code().to_owned(),
+        name: r.name().to_owned(),
+        category: r.category().as_str(),
+        title: r.pitfall.title.clone(),
+        doc: r.doc(),
+        doc_markdown: r.doc_markdown(),
+    }
+}
+
+/// The registry entries of the codes a report's findings have.
+fn report_rules(report: &Report) -> Vec<gradsleuth_render::RuleInfo> {
+    let mut codes: Vec<&str> = report.findings.iter().map(|f| f.code.as_str()).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
+        .into_iter()
+        .filter_map(gradsleuth_rules::rule)
+        .map(rule_info)
+        .collect()
+}
+
 impl Output {
     /// Renders and writes the report; returns the exit code its findings call for.
     pub fn emit(&self, report: &Report) -> Result<i32, CliError> {
@@ -137,6 +161,9 @@ impl Output {
                     )),
                 },
                 Format::Json => gradsleuth_render::json(report),
+                Format::Sarif if rules.is_empty() => {
+                    gradsleuth_render::sarif(report, &report_rules(report))
+                }
                 Format::Sarif => gradsleuth_render::sarif(report, rules),
                 Format::Github => gradsleuth_render::github(report),
                 Format::Text => {

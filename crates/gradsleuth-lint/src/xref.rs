@@ -63,7 +63,7 @@ pub fn cross_reference(findings: &mut [Finding]) {
             let name = crate::rules::ALL
                 .iter()
                 .find(|r| r.code == hit.code)
-                .map_or("", |r| r.name);
+                .map_or("", |r| r.name());
             f.related.push(gradsleuth_model::Related {
                 location: hit.location.clone().unwrap_or(loc),
                 message: format!(

@@ -61,9 +61,37 @@ pub struct DistInfo {
 pub struct Progress {
     /// 1-based training step.
     pub step: u32,
-    /// `forward`, `backward`, `step` (the optimizer step finished) or `done` (observation
-    /// over).
-    pub phase: String,
+    pub phase: Phase,
+}
+
+/// Where in a training step the script was.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    #[default]
+    Forward,
+    Backward,
+    /// The optimizer step finished.
+    Step,
+    /// Observation over.
+    Done,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Step => "step",
+            Phase::Done => "done",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The autograd graph of the first traced loss (for the picture): node types, the module that
@@ -221,8 +249,7 @@ pub struct WatchBucket {
 /// An anomaly the monitor saw.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WatchEvent {
-    /// `nonfinite`, `exploding`, `vanishing`, `dead`, `stopped`, `scaler_storm`.
-    pub kind: String,
+    pub kind: WatchEventKind,
     /// First step it was seen, and the last (for sustained ones).
     pub step: u64,
     #[serde(default)]
@@ -235,6 +262,49 @@ pub struct WatchEvent {
     pub value: Option<f64>,
     #[serde(default)]
     pub detail: String,
+}
+
+/// What kind of anomaly the monitor saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEventKind {
+    /// A NaN/Inf gradient.
+    #[default]
+    Nonfinite,
+    Exploding,
+    Vanishing,
+    Dead,
+    /// Learned, then stopped getting a gradient.
+    Stopped,
+    /// GradScaler skipping most steps.
+    ScalerStorm,
+}
+
+impl WatchEventKind {
+    pub const ALL: [WatchEventKind; 6] = [
+        WatchEventKind::Nonfinite,
+        WatchEventKind::Exploding,
+        WatchEventKind::Vanishing,
+        WatchEventKind::Dead,
+        WatchEventKind::Stopped,
+        WatchEventKind::ScalerStorm,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchEventKind::Nonfinite => "nonfinite",
+            WatchEventKind::Exploding => "exploding",
+            WatchEventKind::Vanishing => "vanishing",
+            WatchEventKind::Dead => "dead",
+            WatchEventKind::Stopped => "stopped",
+            WatchEventKind::ScalerStorm => "scaler_storm",
+        }
+    }
+
+    /// The kind named so (`nonfinite`, ...).
+    pub fn parse(s: &str) -> Option<WatchEventKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
 }
 
 /// Statistics of one tensor, for the inputs of the op that went non-finite.
@@ -420,8 +490,7 @@ pub struct OptimizerRec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BackwardRec {
     pub seq: u64,
-    /// `backward` or `grad`.
-    pub kind: String,
+    pub kind: BackwardKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
     /// Name of the loss's `grad_fn` (None when the loss has none).
@@ -436,6 +505,17 @@ pub struct BackwardRec {
     pub grad_norms: Vec<(u64, Option<f64>)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Which call started a backward pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackwardKind {
+    /// `loss.backward()` / `torch.autograd.backward`.
+    #[default]
+    Backward,
+    /// `torch.autograd.grad`.
+    Grad,
 }
 
 /// One `optimizer.step()` as seen by the global step hooks.
@@ -460,11 +540,19 @@ pub struct StepRec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ZeroGradRec {
     pub seq: u64,
-    /// `optimizer` or `module`.
-    pub target: String,
+    pub target: ZeroGradTarget,
     pub key: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
+}
+
+/// What `zero_grad()` was called on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZeroGradTarget {
+    #[default]
+    Optimizer,
+    Module,
 }
 
 /// A `GradScaler.step(optimizer)` call.
@@ -484,9 +572,10 @@ pub struct ScalerStepRec {
 /// (an op whose inputs need grad and whose outputs do not) that the loss depends on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CutRec {
-    /// The schema category: `detach`, `data_attr`, `no_grad`, `rewrap`, `numpy_roundtrip`,
-    /// `non_differentiable`, `loss_rewrap`.
-    pub kind: String,
+    /// The schema category of the cut (`detach`, `data_attr`, `no_grad`, `rewrap`,
+    /// `numpy_roundtrip`, `non_differentiable`, `dead_path`, `loss_rewrap`, `create_graph`,
+    /// and the tracer's own `grad_clip`, `grad_hook`, `stale_tensor`).
+    pub kind: crate::finding::Category,
     /// The op as the user wrote it, e.g. `Tensor.detach`, `torch.tensor`.
     pub op: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -526,7 +615,7 @@ pub struct InplaceRec {
     pub version: u64,
     /// `inplace_saved` or `inplace_leaf`.
     #[serde(default)]
-    pub kind: String,
+    pub kind: crate::finding::Category,
 }
 
 /// The exception a script ended with.

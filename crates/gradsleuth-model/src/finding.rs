@@ -22,7 +22,9 @@ impl Severity {
 }
 
 /// Root cause of a finding; the names are the schema's `category` enum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     Frozen,
@@ -57,7 +59,14 @@ pub enum Category {
     CudaError,
     OutOfMemory,
     Environment,
+    #[default]
     Other,
+}
+
+impl std::fmt::Display for Category {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_str())
+    }
 }
 
 impl Category {

@@ -27,6 +27,12 @@ mod watch;
 
 type Loc3 = (Option<String>, Option<u32>, Option<String>);
 
+/// A closed set's member from its schema name (`"detach"`, `"forward"`...).
+fn closed<T: serde::de::DeserializeOwned>(what: &str, name: &str) -> PyResult<T> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned()))
+        .map_err(|_| PyValueError::new_err(format!("unknown {what} {name:?}")))
+}
+
 fn at(l: Loc3) -> At {
     At {
         file: l.0,
@@ -195,8 +201,9 @@ impl Recorder {
     }
 
     /// The phase the script is in (see `Progress`).
-    fn progress(&mut self, step: u32, phase: String) {
-        self.inner.progress(step, phase);
+    fn progress(&mut self, step: u32, phase: &str) -> PyResult<()> {
+        self.inner.progress(step, closed("phase", phase)?);
+        Ok(())
     }
 
     /// An orphan module's call site (first one kept) and a new instance of it.
@@ -265,8 +272,15 @@ impl Recorder {
     }
 
     #[pyo3(signature = (kind, site, loss_grad_fn))]
-    fn backward_begin(&mut self, kind: String, site: Loc3, loss_grad_fn: Option<String>) {
-        self.inner.backward_begin(kind, &at(site), loss_grad_fn);
+    fn backward_begin(
+        &mut self,
+        kind: &str,
+        site: Loc3,
+        loss_grad_fn: Option<String>,
+    ) -> PyResult<()> {
+        self.inner
+            .backward_begin(closed("backward kind", kind)?, &at(site), loss_grad_fn);
+        Ok(())
     }
 
     /// A post-accumulate-grad hook fired for `key` during the current backward.
@@ -299,16 +313,16 @@ impl Recorder {
     #[allow(clippy::too_many_arguments)]
     fn add_cut(
         &mut self,
-        kind: String,
+        kind: &str,
         op: String,
         site: Loc3,
         params: Vec<u64>,
         related: Loc3,
         related_message: String,
         step: u32,
-    ) {
+    ) -> PyResult<()> {
         self.inner.add_cut(
-            kind,
+            closed("cut kind", kind)?,
             op,
             &at(site),
             params,
@@ -316,6 +330,7 @@ impl Recorder {
             related_message,
             step,
         );
+        Ok(())
     }
 
     /// Whether each tensor changed between before the first observed step and the end of
@@ -324,8 +339,10 @@ impl Recorder {
         self.inner.weight_changes(changes);
     }
 
-    fn zero_grad(&mut self, target: String, key: u64, site: Loc3) {
-        self.inner.zero_grad(target, key, &at(site));
+    fn zero_grad(&mut self, target: &str, key: u64, site: Loc3) -> PyResult<()> {
+        self.inner
+            .zero_grad(closed("zero_grad target", target)?, key, &at(site));
+        Ok(())
     }
 
     fn scaler_step(&mut self, optimizer: u64, stepped: bool, scale: Option<f64>, site: Loc3) {

@@ -601,7 +601,7 @@ pub fn dot(capture: &Capture, report: &Report) -> String {
     for (k, cut) in capture.cuts.iter().enumerate() {
         let label = match &cut.location {
             Some(l) => format!("{} at {}:{}", cut.kind, short(&l.file), l.line),
-            None => cut.kind.clone(),
+            None => cut.kind.to_string(),
         };
         for p in &cut.params {
             if let Some(name) = tensor_name.get(p) {
@@ -694,7 +694,7 @@ mod tests {
         }
         tensor(200, "embed.weight", 2);
         c.cuts.push(CutRec {
-            kind: "detach".into(),
+            kind: gradsleuth_model::Category::Detach,
             op: "Tensor.detach".into(),
             location: Some(Location::new("/x/train.py", 15)),
             params: vec![200],

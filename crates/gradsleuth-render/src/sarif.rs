@@ -5,11 +5,15 @@ use serde_json::{json, Value};
 
 /// What SARIF says about a rule: its code, short name and documentation.
 #[derive(Debug, Clone)]
-pub struct RuleInfo<'a> {
-    pub code: &'a str,
-    pub name: &'a str,
+pub struct RuleInfo {
+    pub code: String,
+    pub name: String,
     pub category: String,
-    pub doc: &'a str,
+    /// One line (SARIF's short description).
+    pub title: String,
+    /// The documentation as plain text and as Markdown.
+    pub doc: String,
+    pub doc_markdown: String,
 }
 
 fn level(s: Severity) -> &'static str {
@@ -97,9 +101,9 @@ pub fn sarif(report: &Report, rules: &[RuleInfo]) -> String {
             json!({
                 "id": r.code,
                 "name": r.name,
-                "shortDescription": { "text": r.name },
+                "shortDescription": { "text": r.title },
                 "fullDescription": { "text": r.doc },
-                "help": { "text": r.doc },
+                "help": { "text": r.doc, "markdown": r.doc_markdown },
                 "properties": { "category": r.category },
             })
         })
@@ -198,10 +202,12 @@ mod tests {
     #[test]
     fn sarif_has_rules_results_and_regions() {
         let rules = [RuleInfo {
-            code: "GS316",
-            name: "detach-cuts-module",
+            code: "GS316".into(),
+            name: "detach-cuts-module".into(),
             category: "detach".into(),
-            doc: "doc",
+            title: "title".into(),
+            doc: "doc".into(),
+            doc_markdown: "**doc**".into(),
         }];
         let v: Value = serde_json::from_str(&sarif(&report(), &rules)).unwrap();
         assert_eq!(v["version"], "2.1.0");

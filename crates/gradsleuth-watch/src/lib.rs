@@ -24,7 +24,8 @@ use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
 use gradsleuth_model::capture::{
-    NanTrace, SeriesSummary, WatchEvent, WatchLayer, WatchParam, WatchRec, WatchThresholds,
+    NanTrace, SeriesSummary, WatchEvent, WatchEventKind, WatchLayer, WatchParam, WatchRec,
+    WatchThresholds,
 };
 use series::{observe, History};
 
@@ -65,7 +66,7 @@ pub struct Monitor {
     steps: u64,
     events: Vec<WatchEvent>,
     /// (kind, name) -> index of its open event
-    open: HashMap<(String, String), usize>,
+    open: HashMap<(WatchEventKind, String), usize>,
     scaler: VecDeque<bool>,
     scaler_total: (u64, u64),
     nan: Option<NanTrace>,
@@ -133,20 +134,20 @@ impl Monitor {
 
     fn event(
         &mut self,
-        kind: &str,
+        kind: WatchEventKind,
         name: &str,
         step: u64,
         value: Option<f64>,
         detail: String,
     ) -> bool {
-        let key = (kind.to_owned(), name.to_owned());
+        let key = (kind, name.to_owned());
         if let Some(&i) = self.open.get(&key) {
             self.events[i].until = step;
             return false;
         }
         self.open.insert(key, self.events.len());
         self.events.push(WatchEvent {
-            kind: kind.to_owned(),
+            kind,
             step,
             until: step,
             names: vec![name.to_owned()],
@@ -156,8 +157,8 @@ impl Monitor {
         true
     }
 
-    fn close(&mut self, kind: &str, name: &str) {
-        self.open.remove(&(kind.to_owned(), name.to_owned()));
+    fn close(&mut self, kind: WatchEventKind, name: &str) {
+        self.open.remove(&(kind, name.to_owned()));
     }
 
     /// One optimizer step's gradient norms, in the order given to [`Monitor::new`]
@@ -184,23 +185,33 @@ impl Monitor {
             }
         }
         if !nonfinite.is_empty() {
-            let first = self.nan.is_none() && !self.events.iter().any(|e| e.kind == "nonfinite");
+            let first = self.nan.is_none()
+                && !self
+                    .events
+                    .iter()
+                    .any(|e| e.kind == WatchEventKind::Nonfinite);
             let names: Vec<String> = nonfinite
                 .iter()
                 .map(|&i| self.params[i].summary.name.clone())
                 .collect();
             if first {
                 verdict.first_nonfinite = nonfinite.clone();
-                verdict.new_anomalies.push("nonfinite".into());
+                verdict
+                    .new_anomalies
+                    .push(WatchEventKind::Nonfinite.as_str().into());
                 self.events.push(WatchEvent {
-                    kind: "nonfinite".into(),
+                    kind: WatchEventKind::Nonfinite,
                     step,
                     until: step,
                     names,
                     value: None,
                     detail: format!("{} parameter(s) got a NaN/Inf gradient", nonfinite.len()),
                 });
-            } else if let Some(e) = self.events.iter_mut().find(|e| e.kind == "nonfinite") {
+            } else if let Some(e) = self
+                .events
+                .iter_mut()
+                .find(|e| e.kind == WatchEventKind::Nonfinite)
+            {
                 e.until = step;
             }
         }
@@ -216,13 +227,15 @@ impl Monitor {
         }
         for (name, last) in stopped {
             if self.event(
-                "stopped",
+                WatchEventKind::Stopped,
                 &name,
                 step,
                 None,
                 format!("last non-zero gradient at step {last}"),
             ) {
-                verdict.new_anomalies.push("stopped".into());
+                verdict
+                    .new_anomalies
+                    .push(WatchEventKind::Stopped.as_str().into());
             }
         }
         // Layers.
@@ -296,27 +309,31 @@ impl Monitor {
             }
             if dead {
                 if self.event(
-                    "dead",
+                    WatchEventKind::Dead,
                     &name,
                     step,
                     Some(0.0),
                     "gradient exactly zero in every step so far".into(),
                 ) {
-                    verdict.new_anomalies.push("dead".into());
+                    verdict
+                        .new_anomalies
+                        .push(WatchEventKind::Dead.as_str().into());
                 }
             } else {
-                self.close("dead", &name);
+                self.close(WatchEventKind::Dead, &name);
             }
             if vanishing {
                 let detail = format!(
                     "below {:.0e} × the largest layer's gradient norm",
                     t.vanish_ratio
                 );
-                if self.event("vanishing", &name, step, Some(v), detail) {
-                    verdict.new_anomalies.push("vanishing".into());
+                if self.event(WatchEventKind::Vanishing, &name, step, Some(v), detail) {
+                    verdict
+                        .new_anomalies
+                        .push(WatchEventKind::Vanishing.as_str().into());
                 }
             } else {
-                self.close("vanishing", &name);
+                self.close(WatchEventKind::Vanishing, &name);
             }
             if exploding {
                 let detail = match usual {
@@ -325,11 +342,13 @@ impl Monitor {
                     }
                     _ => format!("above the absolute bound {:.0e}", t.explode_abs),
                 };
-                if self.event("exploding", &name, step, Some(v), detail) {
-                    verdict.new_anomalies.push("exploding".into());
+                if self.event(WatchEventKind::Exploding, &name, step, Some(v), detail) {
+                    verdict
+                        .new_anomalies
+                        .push(WatchEventKind::Exploding.as_str().into());
                 }
             } else {
-                self.close("exploding", &name);
+                self.close(WatchEventKind::Exploding, &name);
             }
         }
         if let Some(w) = &mut self.tb {
@@ -396,9 +415,15 @@ impl Monitor {
                 "GradScaler skipped {:.0}% of the last {n} steps",
                 frac * 100.0
             );
-            return self.event("scaler_storm", "GradScaler", step, Some(frac), detail);
+            return self.event(
+                WatchEventKind::ScalerStorm,
+                "GradScaler",
+                step,
+                Some(frac),
+                detail,
+            );
         }
-        self.close("scaler_storm", "GradScaler");
+        self.close(WatchEventKind::ScalerStorm, "GradScaler");
         false
     }
 
@@ -455,7 +480,7 @@ impl Monitor {
                 .events
                 .iter()
                 .take(3)
-                .map(|e| format!("{}@{}", e.kind, e.step))
+                .map(|e| format!("{}@{}", e.kind.as_str(), e.step))
                 .collect();
             s.push_str(&format!(
                 "{} anomal{} ({}{})",
@@ -557,7 +582,11 @@ mod tests {
         let again = m.grads(&[Some(f64::NAN), Some(0.5), Some(2.0)]);
         assert!(again.first_nonfinite.is_empty());
         let rec = m.record();
-        let e = rec.events.iter().find(|e| e.kind == "nonfinite").unwrap();
+        let e = rec
+            .events
+            .iter()
+            .find(|e| e.kind == WatchEventKind::Nonfinite)
+            .unwrap();
         assert_eq!((e.step, e.until), (6, 7));
         assert_eq!(e.names, vec!["enc.weight", "head.weight"]);
         assert_eq!(rec.params[0].first_nonfinite_step, Some(6));
@@ -592,7 +621,11 @@ mod tests {
             m.grads(&[Some(1.0), Some(1.0), None]);
         }
         let rec = m.record();
-        let stopped: Vec<&WatchEvent> = rec.events.iter().filter(|e| e.kind == "stopped").collect();
+        let stopped: Vec<&WatchEvent> = rec
+            .events
+            .iter()
+            .filter(|e| e.kind == WatchEventKind::Stopped)
+            .collect();
         assert_eq!(stopped.len(), 1);
         assert_eq!(stopped[0].names, vec!["head.weight"]);
         assert_eq!(stopped[0].step, 5 + t.patience);
@@ -603,7 +636,7 @@ mod tests {
         }
         assert!(m.record().events.is_empty());
         m.grads(&[Some(1.0), Some(1.0), Some(0.0)]);
-        assert_eq!(m.record().events[0].kind, "dead");
+        assert_eq!(m.record().events[0].kind, WatchEventKind::Dead);
 
         let mut m = monitor();
         for _ in 0..(t.warmup + t.patience) {
@@ -613,7 +646,7 @@ mod tests {
             .record()
             .events
             .iter()
-            .any(|e| e.kind == "vanishing" && e.names == ["head"]));
+            .any(|e| e.kind == WatchEventKind::Vanishing && e.names == ["head"]));
     }
 
     #[test]
@@ -632,7 +665,10 @@ mod tests {
         assert!(fired);
         let rec = m.record();
         assert_eq!(rec.scaler, Some((40, 28)));
-        assert!(rec.events.iter().any(|e| e.kind == "scaler_storm"));
+        assert!(rec
+            .events
+            .iter()
+            .any(|e| e.kind == WatchEventKind::ScalerStorm));
     }
 
     #[test]

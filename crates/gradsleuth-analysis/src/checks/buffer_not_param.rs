@@ -1,22 +1,12 @@
 //! GS105 `buffer_not_param`: a tensor meant to learn was registered as a buffer.
 
 use gradsleuth_model::capture::TensorKind;
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{tensor_assignment, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS105",
-    name: "buffer-not-parameter",
-    category: Category::BufferNotParam,
-    doc: "`register_buffer` is for state that is saved and moved with the model but not \
-          trained (running statistics, masks, position tables). A buffer created with \
-          `requires_grad=True`, or an `nn.Parameter` passed to `register_buffer`, is plainly \
-          meant to learn, but `model.parameters()` skips buffers, so no optimizer ever sees it. \
-          Fix: `self.name = nn.Parameter(...)` or `self.register_parameter(\"name\", ...)`.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS105", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -46,10 +36,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             "it is optimized only because it was passed by hand; state_dict and parameters() treat it as a constant"
         };
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                sev,
+            CHECK.finding(sev,
                 format!("`{}` is {why}: {what}.", t.name),
             )
             .params([t.name.clone()])

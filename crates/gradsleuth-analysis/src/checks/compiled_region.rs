@@ -1,21 +1,12 @@
 //! GS191 `compiled_region`: modules wrapped by `torch.compile` are seen as a whole (their
 //! parameters, whether they ran) but their inner ops are not instrumented at op level.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{module_name, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS191",
-    name: "compiled-region",
-    category: Category::Other,
-    doc: "`torch.compile` replaces a module's forward with compiled code. gradsleuth still sees \
-          its parameters, whether it ran and whether gradients reached it, but not the individual \
-          ops inside, so a cut inside a compiled region is reported without its exact line. \
-          Run without `torch.compile` (or with `backend=\"eager\"`) to trace inside it.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS191", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     ctx.capture
@@ -23,10 +14,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .iter()
         .filter(|m| m.class == "OptimizedModule")
         .map(|m| {
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Info,
+            CHECK.finding(Severity::Info,
                 format!("`{}` is compiled with torch.compile: a compiled region, not instrumented at op level.", module_name(m)),
             )
         })

@@ -4,21 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{plural, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS190",
-    name: "fixed-model",
-    category: Category::Other,
-    doc: "A model whose parameters no optimizer holds and that no backward ever reaches, while \
-          other models are trained, is used as a fixed function: a target network updated by \
-          copying, an EMA teacher, a frozen reference model. That is deliberate; gradsleuth \
-          says so once (info) instead of reporting each of its parameters as not learning.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS190", run };
 
 /// Roots whose parameters are in no optimizer and reached by no backward.
 pub fn fixed_models(ctx: &Context) -> HashSet<u64> {
@@ -70,10 +61,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .map_or("model".to_owned(), |m| m.class.clone());
         ctx.claim(keys.iter().copied());
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Info,
+            CHECK.finding(Severity::Info,
                 format!("`{class}` ({}) is used as a fixed model: no optimizer holds it and no backward reaches it (a target network or a teacher).", plural(keys.len(), "parameter")),
             )
             .params(super::names(ctx, &keys)),

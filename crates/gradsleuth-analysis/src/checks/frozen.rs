@@ -1,26 +1,13 @@
 //! GS101 `frozen`: parameters with `requires_grad=False`, deliberate or not.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{
     group_by_module, module_assignment, module_name, name_list, plural, trainable_params, Check,
 };
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS101",
-    name: "frozen",
-    category: Category::Frozen,
-    doc: "Parameters with `requires_grad=False` never receive a gradient. Freezing a \
-          pretrained backbone and building the optimizer from the trainable parameters only is \
-          deliberate and reported as info. A frozen parameter that an optimizer still holds \
-          is a warning: either it was meant to train (someone froze it by mistake, or forgot \
-          to unfreeze it) or the optimizer was built from all parameters while freezing was \
-          intended, which wastes optimizer state and hides the intent. Fix: unfreeze with \
-          `p.requires_grad_(True)`, or build the optimizer from \
-          `[p for p in model.parameters() if p.requires_grad]`.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS101", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let frozen: Vec<u64> = ctx
@@ -79,32 +66,27 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 .get(keys[0])
                 .and_then(|f| f.optimizers.first().copied())
                 .and_then(|o| ctx.capture.optimizer(o));
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Warning,
+            CHECK.finding(Severity::Warning,
                 format!("{what} {are} frozen (requires_grad=False) but the optimizer still holds them: it will never update them."),
             )
             .at(opt.and_then(|o| ctx.locate(o.created_at.as_ref())).or(loc.clone()))
             .related(loc, "the first frozen module")
             .fix("If they should train, unfreeze them (`p.requires_grad_(True)`) before building the optimizer; if the freeze is intended, build the optimizer from `[p for p in model.parameters() if p.requires_grad]`.")
         } else if trainable == 0 {
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                if any_optimizer || !ctx.capture.backwards.is_empty() { Severity::Error } else { Severity::Warning },
+            CHECK.finding(if any_optimizer || !ctx.capture.backwards.is_empty() { Severity::Error } else { Severity::Warning },
                 format!("Every parameter is frozen ({what}): nothing in the model can learn."),
             )
             .at(loc)
             .fix("Unfreeze the parameters that should train: `for p in model.head.parameters(): p.requires_grad_(True)`.")
         } else {
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Info,
-                format!("{what} {are} frozen and left out of the optimizer (deliberate freezing)."),
-            )
-            .at(loc)
+            CHECK
+                .finding(
+                    Severity::Info,
+                    format!(
+                        "{what} {are} frozen and left out of the optimizer (deliberate freezing)."
+                    ),
+                )
+                .at(loc)
         };
         out.push(finding.params(names));
     }

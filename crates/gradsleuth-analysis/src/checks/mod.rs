@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gradsleuth_model::capture::{ModuleRec, TensorKind, TensorRec};
-use gradsleuth_model::{Category, Finding, Location};
+use gradsleuth_model::{Category, Finding, Location, Severity};
 
 use crate::Context;
 
@@ -29,14 +29,27 @@ pub mod unused;
 pub mod watch;
 pub mod zero_grad_order;
 
-/// A runtime check.
+/// A runtime check: its code (its name, category and documentation are the rule registry's,
+/// `gradsleuth-rules`) and what it runs.
 pub struct Check {
     pub code: &'static str,
-    pub name: &'static str,
-    pub category: Category,
-    /// What it finds, why it breaks training, how to fix it.
-    pub doc: &'static str,
     pub run: fn(&Context) -> Vec<Finding>,
+}
+
+impl Check {
+    /// The check's registry entry.
+    pub fn rule(&self) -> gradsleuth_rules::Rule {
+        gradsleuth_rules::registered(self.code)
+    }
+
+    pub fn category(&self) -> Category {
+        self.rule().category()
+    }
+
+    /// A finding of this check.
+    pub fn finding(&self, severity: Severity, message: impl Into<String>) -> Finding {
+        self.rule().finding(severity, message)
+    }
 }
 
 /// Every check, in the order they run (specific first, catch-all last).
@@ -227,8 +240,21 @@ mod tests {
         let mut seen = HashSet::new();
         for c in ALL {
             assert!(seen.insert(c.code), "duplicate code {}", c.code);
-            assert!(c.code.starts_with("GS") && c.code.len() == 5, "{}", c.code);
-            assert!(c.doc.len() > 80, "{} needs a real doc text", c.code);
+            let rule = gradsleuth_rules::rule(c.code)
+                .unwrap_or_else(|| panic!("{} is not in the rule registry", c.code));
+            assert_ne!(
+                rule.surface(),
+                gradsleuth_rules::Surface::Lint,
+                "{}",
+                c.code
+            );
+        }
+        // Every runtime code in the registry is a check here or a merge finding.
+        for r in gradsleuth_rules::rules() {
+            use gradsleuth_rules::Surface;
+            if matches!(r.surface(), Surface::Run | Surface::Watch) {
+                assert!(by_code(r.code()).is_some(), "{} has no check", r.code());
+            }
         }
         assert!(by_code("GS103").is_some());
     }

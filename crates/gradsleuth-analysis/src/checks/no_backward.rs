@@ -1,21 +1,11 @@
 //! GS100 `no_backward`: the run never called `backward()` or `torch.autograd.grad`.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::Check;
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS100",
-    name: "no-backward",
-    category: Category::Other,
-    doc: "The script ran to its end (or failed) without a single call of `loss.backward()`, \
-          `torch.autograd.backward` or `torch.autograd.grad`, so no gradient was ever computed \
-          and nothing could be diagnosed. Usual causes: the training loop is behind an \
-          argument or `if __name__ == \"__main__\"` branch that did not run, the data loader \
-          was empty, or the script only evaluates.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS100", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let cap = ctx.capture;
@@ -31,10 +21,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
     } else {
         "models ran forward, but backward() was never called"
     };
-    let mut f = Finding::new(
-        CHECK.code,
-        CHECK.category,
-        Severity::Warning,
+    let mut f = CHECK.finding(Severity::Warning,
         format!("Nothing to diagnose: {what}, so no gradient was computed."),
     )
     .fix("Run the script so that it reaches the training loop (check its arguments, and that the data loader yields batches), or use `gradsleuth.diagnose(model, batch, loss_fn)` on one batch.");

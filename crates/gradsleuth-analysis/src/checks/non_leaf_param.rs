@@ -1,23 +1,12 @@
 //! GS104 `non_leaf_param`: a model attribute meant as a parameter is the *result* of an op.
 
 use gradsleuth_model::capture::TensorKind;
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{tensor_assignment, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS104",
-    name: "non-leaf-parameter",
-    category: Category::NonLeafParam,
-    doc: "`nn.Parameter(t).double()`, `.to(device)`, `.cuda()` or arithmetic on a parameter \
-          return a plain tensor computed from it, not a parameter. Assigned to a module \
-          attribute, that tensor is not registered, `model.parameters()` does not list it, and \
-          the real leaf hides behind it: its gradient is computed but no optimizer updates it. \
-          Fix: convert first and wrap last (`nn.Parameter(t.double())`), or move the whole \
-          module with `model.to(...)`, which converts parameters in place.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS104", run };
 
 /// The user-level operation behind an autograd node name.
 pub fn op_of(node: &str) -> &'static str {
@@ -71,10 +60,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         ctx.claim([t.key]);
         ctx.claim(t.leaf);
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!(
                     "`{}` is not a parameter: {op} ({node}) turned the nn.Parameter into a computed tensor, so it is not registered and {}.",
                     t.name,

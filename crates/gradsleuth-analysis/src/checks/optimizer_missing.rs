@@ -1,21 +1,11 @@
 //! GS106 `optimizer_missing`: trainable parameters no optimizer holds.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{group_by_module, module_name, plural, trainable_params, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS106",
-    name: "optimizer-missing",
-    category: Category::OptimizerMissing,
-    doc: "A parameter that receives gradients but is in no optimizer's param groups never \
-          changes. Typical causes: the optimizer was built from one submodule \
-          (`Adam(model.encoder.parameters())`), a hand-written list of parameter groups \
-          forgot a layer, or a layer was added to the model after the optimizer. Fix: build \
-          the optimizer from `model.parameters()` (or add the missing group).",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS106", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     if ctx.capture.optimizers.is_empty() {
@@ -47,10 +37,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .map(|o| o.params.len())
             .sum::<usize>();
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!("{what} {} gradients but no optimizer holds {}, so {} never updated.", if names.len() == 1 { "gets" } else { "get" }, if names.len() == 1 { "it" } else { "them" }, if names.len() == 1 { "it is" } else { "they are" }),
             )
             .params(names)

@@ -1,23 +1,12 @@
 //! GS107 `optimizer_stale`: the optimizer holds tensors the model no longer uses.
 
 use gradsleuth_model::capture::TensorKind;
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{plural, trainable_params, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS107",
-    name: "optimizer-stale",
-    category: Category::OptimizerStale,
-    doc: "An optimizer keeps references to the exact tensor objects it was given. Replacing a \
-          layer afterwards (`model.fc = nn.Linear(...)` to change the number of classes, \
-          loading a checkpoint by assigning new parameters, re-creating the model) leaves the \
-          optimizer stepping the old tensors, which no longer take part in the forward, while \
-          the new layer is never updated. Fix: build the optimizer after the model is final, or \
-          add the new parameters with `optimizer.add_param_group`.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS107", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -52,10 +41,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let loc = ctx.locate(o.created_at.as_ref());
         if missing.is_empty() {
             out.push(
-                Finding::new(
-                    CHECK.code,
-                    CHECK.category,
-                    Severity::Warning,
+                CHECK.finding(Severity::Warning,
                     format!("`{}` holds {} that no model uses any more: stale references that only cost memory.", o.class, plural(stale.len(), "tensor")),
                 )
                 .at(loc)
@@ -66,10 +52,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         ctx.claim(missing.iter().copied());
         let names = super::names(ctx, &missing);
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!(
                     "`{}` was built before part of the model was replaced: it still steps {} the model no longer uses, while the new {} are never updated.",
                     o.class,

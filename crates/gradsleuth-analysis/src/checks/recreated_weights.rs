@@ -1,23 +1,13 @@
 //! GS110 `recreated_weights`: a module built inside `forward`, so its weights are new every call.
 
 use gradsleuth_model::capture::{ModuleKind, TensorKind};
-use gradsleuth_model::{Category, Finding, Location, Severity};
+use gradsleuth_model::{Finding, Location, Severity};
 use gradsleuth_source::constructs;
 
 use super::{module_name, plural, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS110",
-    name: "recreated-weights",
-    category: Category::RecreatedWeights,
-    doc: "A layer constructed inside `forward` (`nn.Linear(d, d)(x)`, or `self.proj = \
-          nn.Linear(...)` executed in forward) gets freshly initialised weights on every call. \
-          They receive a gradient once and are then thrown away; the optimizer, built before, \
-          never holds them, so that part of the model is random noise forever. Fix: build the \
-          layer once in `__init__` and only call it in `forward`.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS110", run };
 
 /// The line constructing `class`, searching up from the call line to the enclosing `def`.
 fn construction_line(ctx: &Context, call: &Location, class: &str) -> Option<Location> {
@@ -75,10 +65,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         };
         ctx.claim(keys.iter().copied());
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!(
                     "A `{}` is constructed inside {inside}: its {} are re-initialised on every call{times} and no optimizer ever holds them.",
                     m.class,

@@ -2,23 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{plural, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS109",
-    name: "scaler-skipped",
-    category: Category::ScalerSkipped,
-    doc: "`torch.amp.GradScaler.step(optimizer)` skips `optimizer.step()` whenever the \
-          unscaled gradients contain inf or NaN, and lowers the scale. A few skipped steps at \
-          the start are normal. If every step is skipped, the loss or the gradients are \
-          non-finite every time (a `log(0)`, a division by an empty mask count, fp16 overflow \
-          in the forward), and the model silently never changes while the loop runs on. \
-          Fix: find the non-finite value (`torch.isfinite(loss)`, `gradsleuth run --watch`).",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS109", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let mut per_opt: BTreeMap<u64, (usize, usize)> = BTreeMap::new();
@@ -64,10 +53,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .first()
             .and_then(|b| ctx.locate(b.location.as_ref()));
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!(
                     "GradScaler skipped all {} observed optimizer steps because the gradients were inf/NaN every time{scale_note}: the model never changes.",
                     plural(calls, "step").split(' ').next().unwrap_or("0")

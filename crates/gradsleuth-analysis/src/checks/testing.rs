@@ -101,7 +101,7 @@ impl Scenario {
         let seq = self.next();
         self.capture.backwards.push(BackwardRec {
             seq,
-            kind: "backward".into(),
+            kind: gradsleuth_model::capture::BackwardKind::Backward,
             location: Some(Location::new("train.py", 40)),
             loss_grad_fn: Some("MseLossBackward0".into()),
             reached: reached.to_vec(),
@@ -136,7 +136,7 @@ impl Scenario {
         let seq = self.next();
         self.capture.zero_grads.push(ZeroGradRec {
             seq,
-            target: "optimizer".into(),
+            target: gradsleuth_model::capture::ZeroGradTarget::Optimizer,
             key: opt,
             location: Some(Location::new("train.py", line)),
         });

@@ -1,24 +1,12 @@
 //! GS199 `unexplained`: the catch-all. Any parameter that does not learn and that no other
 //! check explained is reported here, with what was observed, never silently dropped.
 
-use gradsleuth_model::{Category, Finding, ParamStatus, Severity};
+use gradsleuth_model::{Finding, ParamStatus, Severity};
 
 use super::{group_by_module, module_name, plural, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS199",
-    name: "not-learning",
-    category: Category::Other,
-    doc: "A parameter that is not learning (no gradient, an all-zero gradient, a gradient \
-          that no step applied, or a non-finite gradient) for a reason the run-level checks \
-          cannot name. Op-level causes (`.detach()`, `.data`, a `no_grad` block, \
-          `torch.tensor(t)`, an `.item()` round trip, a non-differentiable op) cut the graph \
-          between the parameter and the loss; the finding says what was observed (did the \
-          module run? with gradient recording on?) so the cut can be found in that module's \
-          forward or after it.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS199", run };
 
 /// Zero-gradient parameters of a module whose other parameters learn: the loss is invariant
 /// to them (a bias that cancels in a difference or before a normalisation).
@@ -64,10 +52,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let names = super::names(ctx, &invariant_keys);
         ctx.claim(invariant_keys.iter().copied());
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Info,
+            CHECK.finding(Severity::Info,
                 format!(
                     "{} {} a zero (or numerically negligible) gradient while the rest of {} module learns: the loss does not depend on {} (e.g. a bias that cancels in a difference or before a normalisation).",
                     super::name_list(&names),
@@ -95,7 +80,8 @@ fn run(ctx: &Context) -> Vec<Finding> {
             let (message, fix) = describe(ctx, status, &what, m, &g.keys);
             ctx.claim(g.keys.iter().copied());
             out.push(
-                Finding::new(CHECK.code, CHECK.category, Severity::Error, message)
+                CHECK
+                    .finding(Severity::Error, message)
                     .params(names)
                     .at(m.and_then(|m| ctx.locate(m.forward_def.as_ref())))
                     .fix(fix),

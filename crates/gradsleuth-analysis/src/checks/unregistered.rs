@@ -3,24 +3,12 @@
 use std::collections::BTreeMap;
 
 use gradsleuth_model::capture::TensorKind;
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{attr_assignment, module_name, name_list, plural, top_attr, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS103",
-    name: "unregistered",
-    category: Category::Unregistered,
-    doc: "`nn.Module` registers submodules and parameters assigned directly as attributes. \
-          Modules inside a plain `list`, `dict` or `tuple`, and tensors with \
-          `requires_grad=True` assigned as plain attributes, are invisible to \
-          `model.parameters()`, `state_dict()`, `.to(device)` and `.train()/.eval()`. Gradients \
-          still flow into them (the forward uses them), but the optimizer built from \
-          `model.parameters()` never updates them. Fix: `nn.ModuleList`, `nn.ModuleDict`, \
-          `nn.ParameterList`/`nn.ParameterDict`, or `nn.Parameter` for a single tensor.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS103", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     // (owner module, top-level attribute) -> tensors
@@ -84,35 +72,34 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let fix = fix_for(ctx, &tensors, &attr, modules_inside > 0);
         ctx.claim(keys.iter().copied());
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                if optimized {
-                    Severity::Warning
-                } else {
-                    Severity::Error
-                },
-                format!(
-                    "{} in {holder} are not registered: {consequence}.",
-                    plural(names.len(), "parameter")
-                ),
-            )
-            .params(names.clone())
-            .at(attr_assignment(ctx, m, &attr))
-            .chain([
-                format!("{} used in forward", name_list(&names)),
-                format!(
-                    "gradient accumulates into .grad ({})",
-                    if gets_grad {
-                        "observed"
+            CHECK
+                .finding(
+                    if optimized {
+                        Severity::Warning
                     } else {
-                        "not observed"
-                    }
-                ),
-                "model.parameters() does not list them ✗".into(),
-                "the optimizer never updates them".into(),
-            ])
-            .fix(fix),
+                        Severity::Error
+                    },
+                    format!(
+                        "{} in {holder} are not registered: {consequence}.",
+                        plural(names.len(), "parameter")
+                    ),
+                )
+                .params(names.clone())
+                .at(attr_assignment(ctx, m, &attr))
+                .chain([
+                    format!("{} used in forward", name_list(&names)),
+                    format!(
+                        "gradient accumulates into .grad ({})",
+                        if gets_grad {
+                            "observed"
+                        } else {
+                            "not observed"
+                        }
+                    ),
+                    "model.parameters() does not list them ✗".into(),
+                    "the optimizer never updates them".into(),
+                ])
+                .fix(fix),
         );
     }
     out

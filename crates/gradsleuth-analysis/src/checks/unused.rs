@@ -2,25 +2,12 @@
 //! run (always, or in some steps), or because `forward` never reads them.
 
 use gradsleuth_model::capture::ModuleRec;
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{module_assignment, module_name, plural, trainable_params, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS102",
-    name: "unused",
-    category: Category::Unused,
-    doc: "A registered submodule whose `forward` is never called (a head defined in \
-          `__init__` and forgotten in `forward`, a branch behind a flag), or a parameter the \
-          module's code never reads, gets no gradient: its weights stay at their \
-          initialisation. Under DistributedDataParallel the same thing stops training with \
-          \"Expected to have finished reduction in the prior iteration\". A module used only in \
-          some steps (a conditional branch) learns only in those. Fix: call it in `forward`, or \
-          delete it; for legitimately conditional branches under DDP, \
-          `find_unused_parameters=True`.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS102", run };
 
 /// Forward passes of `m`'s model, not counting one that raised before reaching `m` (the
 /// script failed in the forward of its last step, e.g. in DDP's pre-forward check).
@@ -34,7 +21,7 @@ fn root_runs(ctx: &Context, m: &ModuleRec) -> u32 {
             .capture
             .progress
             .as_ref()
-            .is_some_and(|p| p.phase == "forward");
+            .is_some_and(|p| p.phase == gradsleuth_model::capture::Phase::Forward);
     if failed_in_forward && m.runs < runs {
         runs - 1
     } else {
@@ -130,10 +117,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             ctx.locate(parent.forward_def.as_ref())
         });
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!(
                     "`{}` ({}) never ran in the {} observed forward passes of `{}`, so its {} never get a gradient.",
                     module_name(m),
@@ -161,10 +145,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let total = root_runs(ctx, m);
         ctx.claim(keys.iter().copied());
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Warning,
+            CHECK.finding(Severity::Warning,
                 format!("`{}` ran in only {} of {} forward passes: its {} learn only in those steps (a conditional branch).", module_name(m), m.runs, total, plural(names.len(), "parameter")),
             )
             .params(names)
@@ -179,10 +160,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let names = super::names(ctx, &keys);
         ctx.claim(keys.iter().copied());
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!("`{}` is registered on `{}` but its code never reads `self.{attr}`, so it never gets a gradient.", names.join("`, `"), m.class),
             )
             .params(names)

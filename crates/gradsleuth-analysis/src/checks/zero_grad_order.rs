@@ -1,21 +1,11 @@
 //! GS108 `zero_grad_order`: gradients cleared between `backward()` and `step()`.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::{plural, Check};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS108",
-    name: "zero-grad-order",
-    category: Category::ZeroGradOrder,
-    doc: "`optimizer.zero_grad()` (or `model.zero_grad()`) called after `loss.backward()` and \
-          before `optimizer.step()` throws the fresh gradients away: the step sees `None` or \
-          zeros and the weights do not move (or move only by weight decay). The loop runs, the \
-          loss is finite, nothing learns. Fix: the order is `zero_grad()`, forward, \
-          `backward()`, `step()`.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS108", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let cap = ctx.capture;
@@ -70,16 +60,13 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .map(|s| s.index)
             .collect();
         ctx.claim(keys.iter().copied());
-        let target = if zg.target == "module" {
+        let target = if zg.target == gradsleuth_model::capture::ZeroGradTarget::Module {
             "model.zero_grad()"
         } else {
             "optimizer.zero_grad()"
         };
         out.push(
-            Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            CHECK.finding(Severity::Error,
                 format!(
                     "`{target}` runs after `backward()` and before `step()`: the step sees no gradient, so {} never change.",
                     plural(keys.len(), "parameter")

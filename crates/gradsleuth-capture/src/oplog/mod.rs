@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
 use gradsleuth_model::capture::{CutRec, GraphNode, GraphRec, InplaceRec};
-use gradsleuth_model::Related;
+use gradsleuth_model::{Category, Related};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::recorder::Recorder;
@@ -107,7 +107,7 @@ pub struct Call<V> {
 }
 
 struct Cut<N> {
-    kind: &'static str,
+    kind: Category,
     /// The output keeps its history but every gradient through it is zero (round, floor,
     /// sign...): it explains zero gradients, not missing ones.
     soft: bool,
@@ -326,7 +326,7 @@ impl<K, N> OpLog<K, N> {
         &mut self,
         h: &H,
         needs_grad: &[H::Value],
-        kind: &'static str,
+        kind: Category,
         op: &Arc<str>,
         site: Option<Site>,
         related: Vec<(Site, &'static str)>,
@@ -421,11 +421,11 @@ impl<K, N> OpLog<K, N> {
             let grad_enabled = h.grad_enabled()?;
             let mut related = Vec::new();
             let cut_kind = match kind {
-                Kind::Detach => "detach",
-                Kind::Data => "data_attr",
-                Kind::ValueExit => "numpy_roundtrip",
-                Kind::Construct => "rewrap",
-                Kind::AutogradGrad => "create_graph",
+                Kind::Detach => Category::Detach,
+                Kind::Data => Category::DataAttr,
+                Kind::ValueExit => Category::NumpyRoundtrip,
+                Kind::Construct => Category::Rewrap,
+                Kind::AutogradGrad => Category::CreateGraph,
                 _ if !grad_enabled => {
                     if let Some(s) = self.grad_off.last() {
                         related.push((s.clone(), "gradient recording disabled here"));
@@ -434,11 +434,11 @@ impl<K, N> OpLog<K, N> {
                     for s in h.stack(4).into_iter().skip(1) {
                         related.push((s, "called from here"));
                     }
-                    "no_grad"
+                    Category::NoGrad
                 }
                 // argmax-like ops, integer/bool casts, comparisons, and any other op whose
                 // output does not need grad while its input does.
-                _ => "non_differentiable",
+                _ => Category::NonDifferentiable,
             };
             let s = h.stack(1).into_iter().next();
             site = Some(s.clone());
@@ -451,9 +451,9 @@ impl<K, N> OpLog<K, N> {
             // round/floor/sign keep a grad_fn whose gradient is zero everywhere; clamp/where
             // where they saturate or mask everything. Candidates for zero gradients only.
             let soft_kind = if kind == Kind::NonDiff {
-                "non_differentiable"
+                Category::NonDifferentiable
             } else {
-                "dead_path"
+                Category::DeadPath
             };
             let s = h.stack(1).into_iter().next();
             site = Some(s.clone());
@@ -477,7 +477,7 @@ impl<K, N> OpLog<K, N> {
             if let Some(s) = site_now(h, &mut site) {
                 for &c in &taint {
                     if let Some(cut) = self.cuts.get_mut(c as usize) {
-                        if cut.kind == "numpy_roundtrip" && cut.related.is_empty() {
+                        if cut.kind == Category::NumpyRoundtrip && cut.related.is_empty() {
                             cut.related
                                 .push((s.clone(), "the value comes back into torch here"));
                         }
@@ -711,7 +711,7 @@ impl<K, N> OpLog<K, N> {
             .filter(|id| {
                 self.cuts
                     .get(*id as usize)
-                    .is_some_and(|c| c.kind == "numpy_roundtrip")
+                    .is_some_and(|c| c.kind == Category::NumpyRoundtrip)
             })
             .collect();
         let mut out: Vec<CutRec> = Vec::new();
@@ -726,7 +726,7 @@ impl<K, N> OpLog<K, N> {
             let (params, first_leaf) = Self::reach(h, cut, pool);
             // A gradient term without create_graph adds nothing to the gradient even when
             // every parameter still learns through the rest of the loss.
-            if params.is_empty() && cut.kind != "create_graph" {
+            if params.is_empty() && cut.kind != Category::CreateGraph {
                 continue;
             }
             // Names are final only at the end of the run: the analysis puts the parameter
@@ -758,7 +758,7 @@ impl<K, N> OpLog<K, N> {
                 })
                 .collect();
             out.push(CutRec {
-                kind: cut.kind.to_owned(),
+                kind: cut.kind,
                 op: cut.op.to_string(),
                 location,
                 related,
@@ -796,7 +796,7 @@ impl<K, N> OpLog<K, N> {
                 }
             }
             out.push(CutRec {
-                kind: "loss_rewrap".into(),
+                kind: Category::LossRewrap,
                 op: "requires_grad=True".into(),
                 location: site.as_ref().and_then(|s| recorder.site_location(s)),
                 related,
@@ -860,7 +860,7 @@ impl<K, N> OpLog<K, N> {
             node,
             shape: e.shape.clone(),
             version: e.version,
-            kind: "inplace_saved".into(),
+            kind: Category::InplaceSaved,
         };
         recorder.capture.inplace.push(rec);
         true
@@ -886,7 +886,7 @@ impl<K, N> OpLog<K, N> {
         recorder.capture.inplace.push(InplaceRec {
             op: name,
             location,
-            kind: "inplace_leaf".into(),
+            kind: Category::InplaceLeaf,
             ..Default::default()
         });
     }

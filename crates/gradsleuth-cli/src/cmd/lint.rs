@@ -41,28 +41,24 @@ pub struct LintArgs {
     pub output: Output,
 }
 
-fn rule_infos() -> Vec<gradsleuth_render::RuleInfo<'static>> {
+fn rule_infos() -> Vec<gradsleuth_render::RuleInfo> {
     gradsleuth_lint::rules::ALL
         .iter()
-        .map(|r| gradsleuth_render::RuleInfo {
-            code: r.code,
-            name: r.name,
-            category: r.category.as_str(),
-            doc: r.doc,
-        })
+        .map(|r| crate::rule_info(r.rule()))
         .collect()
 }
 
+/// Every lint rule with its documentation, from the rule registry.
 fn list_rules() -> i32 {
     let mut out = anstream::stdout();
     for r in gradsleuth_lint::rules::ALL {
+        let doc = r.doc().replace('\n', "\n    ");
         let _ = writeln!(
             out,
-            "{}  {:<30} {}\n    {}\n",
+            "{}  {:<30} {}\n    {doc}\n",
             r.code,
-            r.name,
-            r.category.as_str(),
-            r.doc
+            r.name(),
+            r.category().as_str(),
         );
     }
     0
@@ -96,7 +92,7 @@ fn configuration(args: &LintArgs, paths: &[PathBuf]) -> Result<LintOptions, CliE
         let upper = s.trim().to_ascii_uppercase();
         gradsleuth_lint::rules::ALL
             .iter()
-            .any(|r| r.code.starts_with(&upper) || r.category.as_str() == s.trim())
+            .any(|r| r.code.starts_with(&upper) || r.category().as_str() == s.trim())
     };
     if let Some(bad) = config
         .select
@@ -209,7 +205,7 @@ pub fn run(args: LintArgs) -> Result<i32, CliError> {
             let name = gradsleuth_lint::rules::ALL
                 .iter()
                 .find(|r| r.code == code)
-                .map_or("file-not-checked", |r| r.name);
+                .map_or("file-not-checked", |r| r.name());
             let _ = writeln!(out, "{n:>6}  {code}  {name}");
         }
         return Ok(output.exit_code(&report));

@@ -1,21 +1,12 @@
 //! GS311: the loss computed (or backward called) inside `with torch.no_grad()`.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, Stmt, StmtWith};
 
 use super::Rule;
 use crate::checker::{disables_grad, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS311",
-    name: "backward-in-no-grad",
-    category: Category::NoGrad,
-    doc: "`loss.backward()` inside `with torch.no_grad():` (or `inference_mode`) means the loss \
-          was computed without history: backward fails with \"element 0 of tensors does not \
-          require grad\", or, if a leaf was re-made to silence it, trains nothing. Compute the \
-          loss and call backward outside the block.",
-};
+pub const RULE: Rule = Rule { code: "GS311" };
 
 struct FindsBackward<'a>(Option<&'a Expr>);
 

@@ -1,19 +1,11 @@
 //! GS303: `register_buffer` of a tensor meant to learn.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::Expr;
 
 use super::Rule;
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS303",
-    name: "buffer-not-parameter",
-    category: Category::BufferNotParam,
-    doc: "`self.register_buffer(\"w\", nn.Parameter(...))` or a buffer created with \
-          `requires_grad=True`: buffers are not parameters, so no optimizer built from \
-          `model.parameters()` updates them. Use `nn.Parameter` / `register_parameter`.",
-};
+pub const RULE: Rule = Rule { code: "GS303" };
 
 pub fn check(ck: &mut Checker, e: &Expr) {
     let Expr::Call(c) = e else { return };

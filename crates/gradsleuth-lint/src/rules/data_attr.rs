@@ -1,20 +1,11 @@
 //! GS306: `.data` read inside `forward`.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, ExprContext};
 
 use super::Rule;
 use crate::checker::Checker;
 
-pub const RULE: Rule = Rule {
-    code: "GS306",
-    name: "data-in-forward",
-    category: Category::DataAttr,
-    doc: "`tensor.data` returns the same storage without autograd history: read in `forward` \
-          it silently cuts the graph for everything before it (and hides in-place changes from \
-          autograd's checks). Use the tensor itself, or `.detach()` where gradients must stop. \
-          Writing `.data` in initialisation code under `no_grad` is a different, legitimate use.",
-};
+pub const RULE: Rule = Rule { code: "GS306" };
 
 pub fn check(ck: &mut Checker, e: &Expr) {
     let Expr::Attribute(a) = e else { return };

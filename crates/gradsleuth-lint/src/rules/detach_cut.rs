@@ -1,26 +1,10 @@
 //! GS316: a module's output reaches the loss (or `forward`'s result) only through `.detach()`.
 
-use gradsleuth_model::Category;
-
 use super::{report_cut, Rule};
 use crate::checker::Checker;
 use crate::flow::FlowCut;
 
-pub const RULE: Rule = Rule {
-    code: "GS316",
-    name: "detach-cuts-module",
-    category: Category::Detach,
-    doc: "`.detach()` returns a tensor without history. When a module's output reaches the loss \
-          (or a module's `forward` result) only through a detached value, that module's \
-          parameters get no gradient: training runs and they never move. Found by data flow: \
-          the rule follows names bound from module calls through assignments, helper functions \
-          and returns, and reports only modules that reach no `backward()` any other way and \
-          whose parameters are given to an optimizer. Example: `feats = self.backbone(x); return \
-          self.head(feats.detach())`; fix: `return self.head(feats)`. Legitimate (and not \
-          reported): a GAN's `fake.detach()` for the discriminator step when the generator is \
-          trained by another backward, a target network or EMA teacher that no optimizer holds, \
-          stop-gradient branches of SimSiam/BYOL where the same encoder is also live.",
-};
+pub const RULE: Rule = Rule { code: "GS316" };
 
 pub fn report(ck: &mut Checker, cut: &FlowCut) {
     report_cut(

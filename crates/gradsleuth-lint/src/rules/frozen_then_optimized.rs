@@ -1,20 +1,11 @@
 //! GS315: parameters frozen with `requires_grad = False`, then all handed to an optimizer.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
 use crate::checker::{call_name, dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS315",
-    name: "frozen-then-optimized",
-    category: Category::Frozen,
-    doc: "A loop sets `requires_grad = False` (or `requires_grad_(False)`) on `X.parameters()` \
-          and an optimizer is then built from `X.parameters()`: the optimizer holds parameters \
-          that will never move. Either the freeze was unintended, or the optimizer should take \
-          `[p for p in X.parameters() if p.requires_grad]`.",
-};
+pub const RULE: Rule = Rule { code: "GS315" };
 
 /// `for p in X.parameters(): p.requires_grad = False` -> Some("X").
 fn freezes(s: &Stmt, source: &str) -> Option<String> {

@@ -1,19 +1,11 @@
 //! GS308: gradient clipping with a literal bound of 0.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, Number};
 
 use super::Rule;
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS308",
-    name: "clip-to-zero",
-    category: Category::GradClip,
-    doc: "`clip_grad_norm_(params, 0)` / `clip_grad_value_(params, 0)` sets every gradient to \
-          zero before the step. Use a positive bound. (A bound read from a config that is 0 is \
-          found at runtime by `gradsleuth run`.)",
-};
+pub const RULE: Rule = Rule { code: "GS308" };
 
 fn is_zero(e: &Expr) -> bool {
     match e {

@@ -1,20 +1,11 @@
 //! GS312: `torch.autograd.grad` without `create_graph=True` in code that then calls backward.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS312",
-    name: "grad-without-create-graph",
-    category: Category::CreateGraph,
-    doc: "A gradient from `torch.autograd.grad(...)` has no history unless `create_graph=True`; \
-          used in a loss (gradient penalty, PINN residual, meta-learning) that term is a \
-          constant and contributes nothing to the gradient. Flagged when the same function \
-          later calls `backward()`. Legitimate for deliberate first-order approximations.",
-};
+pub const RULE: Rule = Rule { code: "GS312" };
 
 fn grad_calls<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
     if let Expr::Call(c) = e {

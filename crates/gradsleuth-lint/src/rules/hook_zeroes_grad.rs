@@ -1,19 +1,11 @@
 //! GS310: a gradient hook that returns zeros.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, Number};
 
 use super::Rule;
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS310",
-    name: "hook-returns-zeros",
-    category: Category::GradHook,
-    doc: "`t.register_hook(lambda g: g * 0)` or `lambda g: torch.zeros_like(g)` replaces the \
-          gradient with zeros for everything upstream of `t`. To freeze, use \
-          `requires_grad_(False)`; to scale, return `g * factor` with a non-zero factor.",
-};
+pub const RULE: Rule = Rule { code: "GS310" };
 
 fn zero_number(e: &Expr) -> bool {
     matches!(e, Expr::NumberLiteral(n) if match &n.value { Number::Int(i) => i.as_u64() == Some(0), Number::Float(f) => *f == 0.0, _ => false })

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 
-use gradsleuth_model::Category;
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, ModModule, Stmt};
 use ruff_text_size::{Ranged, TextRange};
@@ -10,18 +9,7 @@ use ruff_text_size::{Ranged, TextRange};
 use super::Rule;
 use crate::checker::{disables_grad, dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS320",
-    name: "inplace-on-parameter",
-    category: Category::InplaceLeaf,
-    doc: "Parameters are leaves that require grad: `m.weight.mul_(0.5)`, `p -= lr * p.grad` or \
-          `self.weight[0] = 0` outside `torch.no_grad()` raise \"a leaf Variable that requires \
-          grad is being used in an in-place operation\" (or, through `.data` tricks, hide the \
-          change from autograd). Wrap initialisation and manual updates in `with \
-          torch.no_grad():`, or use `nn.init.*`, which does. Not reported: code under \
-          `no_grad` (a `with` block, a decorator, or a function only called from such code), \
-          `.data`/`.grad` receivers.",
-};
+pub const RULE: Rule = Rule { code: "GS320" };
 
 /// In-place methods that do not change values.
 const SAFE: &[&str] = &["requires_grad_", "share_memory_", "retain_grad_"];

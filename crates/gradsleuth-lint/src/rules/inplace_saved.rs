@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use gradsleuth_model::Category;
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, Stmt, StmtFunctionDef};
 use ruff_text_size::{Ranged, TextRange};
@@ -11,20 +10,7 @@ use ruff_text_size::{Ranged, TextRange};
 use super::Rule;
 use crate::checker::{disables_grad, dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS321",
-    name: "inplace-on-saved-output",
-    category: Category::InplaceSaved,
-    doc: "The backward of `sigmoid`, `tanh`, `exp`, `softmax`, `log_softmax`, `relu`, `sqrt`, \
-          `rsqrt` and `reciprocal` uses their *output*. Changing that output in place (`g += 1`, \
-          `probs.masked_fill_(mask, 0)`, `y[idx] = 0`) makes backward fail with \"one of the \
-          variables needed for gradient computation has been modified by an inplace \
-          operation\". Use the out-of-place form (`g = g + 1`, `probs.masked_fill(mask, 0)`). \
-          Checked in `forward` of `nn.Module` subclasses (and methods it calls), from the op to \
-          the next rebinding of the name. Legitimate, and not reported: in-place ops under \
-          `no_grad`, on a `.clone()`, or on outputs whose backward does not need them \
-          (`out = self.conv(x); out += identity`).",
-};
+pub const RULE: Rule = Rule { code: "GS321" };
 
 const SAVES_OUTPUT: &[&str] = &[
     "sigmoid",

@@ -1,22 +1,10 @@
 //! GS317: a module's output reaches the loss only through `.item()`, `.tolist()` or `.numpy()`.
 
-use gradsleuth_model::Category;
-
 use super::{report_cut, Rule};
 use crate::checker::Checker;
 use crate::flow::FlowCut;
 
-pub const RULE: Rule = Rule {
-    code: "GS317",
-    name: "python-number-roundtrip",
-    category: Category::NumpyRoundtrip,
-    doc: "`.item()`, `.tolist()`, `.numpy()`, `float(t)` and `np.array(t)` turn a tensor into \
-          Python or NumPy values; a tensor rebuilt from them (`torch.tensor([s.item() for s in \
-          scores])`, `torch.from_numpy(...)`) is a constant. When a module's output reaches the \
-          loss only through such a round trip, its parameters get no gradient. Keep the \
-          computation in torch (`scores.detach()` if a constant weight is really meant, \
-          otherwise the tensor itself). Logging `loss.item()` is fine: it does not feed the loss.",
-};
+pub const RULE: Rule = Rule { code: "GS317" };
 
 pub fn report(ck: &mut Checker, cut: &FlowCut) {
     report_cut(

@@ -1,19 +1,11 @@
 //! GS307: the loss re-made with `torch.tensor(loss.item(), requires_grad=True)`.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::Expr;
 
 use super::Rule;
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS307",
-    name: "loss-rewrap",
-    category: Category::LossRewrap,
-    doc: "`torch.tensor(loss.item(), requires_grad=True)` (usually added to silence \"element 0 \
-          of tensors does not require grad\") builds a new leaf: `backward()` succeeds and \
-          computes nothing for the model. Fix the cut that made the loss constant instead.",
-};
+pub const RULE: Rule = Rule { code: "GS307" };
 
 fn contains_item_call(e: &Expr) -> bool {
     match e {

@@ -78,18 +78,33 @@ pub(crate) const PARAMETER_FREE: &[&str] = &[
     "HuberLoss",
 ];
 
-/// A lint rule's identity and documentation.
+/// A lint rule: its code (its name, category and documentation are the rule registry's,
+/// `gradsleuth-rules`, shared with the runtime check of the same pitfall).
 pub struct Rule {
     pub code: &'static str,
-    pub name: &'static str,
-    pub category: Category,
-    /// What it finds, why it breaks training, the fix, when it is legitimate.
-    pub doc: &'static str,
 }
 
 impl Rule {
+    /// The rule's registry entry.
+    pub fn rule(&self) -> gradsleuth_rules::Rule {
+        gradsleuth_rules::registered(self.code)
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.rule().name()
+    }
+
+    pub fn category(&self) -> Category {
+        self.rule().category()
+    }
+
+    /// The documentation, section by section.
+    pub fn doc(&self) -> String {
+        self.rule().doc()
+    }
+
     pub fn finding(&self, message: impl Into<String>) -> Finding {
-        Finding::new(self.code, self.category, Severity::Error, message)
+        self.rule().finding(Severity::Error, message)
     }
 }
 
@@ -177,7 +192,12 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for r in super::ALL {
             assert!(seen.insert(r.code), "{}", r.code);
-            assert!(r.doc.len() > 80, "{}", r.code);
+            assert!(
+                gradsleuth_rules::rule(r.code)
+                    .is_some_and(|e| e.surface() == gradsleuth_rules::Surface::Lint),
+                "{} is not a lint rule in the registry",
+                r.code
+            );
         }
     }
 }

@@ -1,23 +1,11 @@
 //! GS319: a module's output reaches the loss only through a `no_grad` block or a
 //! `@torch.no_grad()` function.
 
-use gradsleuth_model::Category;
-
 use super::{report_cut, Rule};
 use crate::checker::Checker;
 use crate::flow::FlowCut;
 
-pub const RULE: Rule = Rule {
-    code: "GS319",
-    name: "no-grad-cuts-module",
-    category: Category::NoGrad,
-    doc: "Inside `with torch.no_grad():` (or `inference_mode`, `set_grad_enabled(False)`, or a \
-          function decorated with them) nothing is recorded. A module called there and used by \
-          the training loss gets no gradient: a text encoder wrapped \"to save memory\", a \
-          feature helper decorated with `@torch.no_grad()`. Call it outside the block. \
-          Legitimate and not reported: a frozen teacher or target network that no optimizer \
-          holds, evaluation code whose result feeds no `backward()`.",
-};
+pub const RULE: Rule = Rule { code: "GS319" };
 
 pub fn report(ck: &mut Checker, cut: &FlowCut) {
     report_cut(

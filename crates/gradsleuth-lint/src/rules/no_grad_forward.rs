@@ -1,20 +1,11 @@
 //! GS304: `@torch.no_grad()` / `@torch.inference_mode()` on a module's `forward`.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, StmtFunctionDef};
 
 use super::Rule;
 use crate::checker::{dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS304",
-    name: "no-grad-forward",
-    category: Category::NoGrad,
-    doc: "A `forward` decorated with `@torch.no_grad()` or `@torch.inference_mode()` records \
-          no history: nothing in the module ever gets a gradient when it is trained. Put \
-          `no_grad` around evaluation calls instead. Legitimate for modules that are never \
-          trained (a frozen feature extractor), which should then also be frozen explicitly.",
-};
+pub const RULE: Rule = Rule { code: "GS304" };
 
 pub fn check(ck: &mut Checker, f: &StmtFunctionDef) {
     if f.name.id.as_str() != "forward" || !ck.in_module_class() {

@@ -1,21 +1,11 @@
 //! GS314: argmax/round/comparisons/integer casts in a loss expression.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
 use crate::checker::{dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS314",
-    name: "non-differentiable-loss",
-    category: Category::NonDifferentiable,
-    doc: "`argmax`, `argmin`, `round`, `floor`, `ceil`, `sign`, `.long()`, `.int()`, `.bool()` \
-          have no useful gradient. On the value path of an expression assigned to a `loss` \
-          (arithmetic and method chains; not labels passed to a loss function, not the \
-          condition of a `where`) the model gets no gradient through that term. Use a differentiable surrogate (softmax, a \
-          straight-through estimator). Metrics computed this way are fine: name them otherwise.",
-};
+pub const RULE: Rule = Rule { code: "GS314" };
 
 const OPS: &[&str] = &[
     "argmax", "argmin", "round", "floor", "ceil", "sign", "long", "int", "bool",

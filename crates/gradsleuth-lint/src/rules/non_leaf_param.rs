@@ -1,20 +1,11 @@
 //! GS302: `nn.Parameter(...)` followed by `.to()`/`.double()`/arithmetic: a computed tensor.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, StmtAssign};
 
 use super::Rule;
 use crate::checker::{call_name, dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS302",
-    name: "non-leaf-parameter",
-    category: Category::NonLeafParam,
-    doc: "`self.w = nn.Parameter(t).double()` (or `.to(device)`, `.cuda()`, `* 0.02`) assigns \
-          the *result* of an op on the parameter: a plain tensor, not registered, whose leaf no \
-          optimizer sees. Convert or scale first, wrap last: `nn.Parameter(t.double())`, \
-          `nn.Parameter(torch.randn(n) * 0.02)`.",
-};
+pub const RULE: Rule = Rule { code: "GS302" };
 
 fn is_parameter_call(e: &Expr) -> bool {
     call_name(e)

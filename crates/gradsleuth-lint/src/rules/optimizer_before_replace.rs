@@ -7,18 +7,7 @@ use ruff_text_size::{Ranged, TextRange};
 use super::Rule;
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS322",
-    name: "optimizer-before-replacement",
-    category: Category::OptimizerMissing,
-    doc: "An optimizer holds the parameter *objects* it was given (category `optimizer_stale` \
-          when a trained submodule is replaced, `optimizer_missing` when one is added). Assigning a new submodule or \
-          `nn.Parameter` to the model afterwards (`model.fc = nn.Linear(...)`, adding an \
-          adapter) registers new parameters the optimizer never sees: they get gradients and \
-          never change. Build the optimizer after the model is final, or add the new \
-          parameters with `optimizer.add_param_group(...)`. Moving a model with `.to()` is \
-          fine: it keeps the same parameter objects.",
-};
+pub const RULE: Rule = Rule { code: "GS322" };
 
 /// Receivers of `.parameters()`/`.named_parameters()` in an expression.
 pub(crate) fn parameter_owners(e: &Expr, out: &mut Vec<String>) {

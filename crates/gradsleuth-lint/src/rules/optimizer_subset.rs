@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use gradsleuth_model::Category;
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, ModModule, Stmt};
 use ruff_text_size::{Ranged, TextRange};
@@ -11,17 +10,7 @@ use super::optimizer_before_replace::{is_optimizer_call, parameter_owners};
 use super::{Rule, PARAMETER_FREE};
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS323",
-    name: "optimizer-subset",
-    category: Category::OptimizerMissing,
-    doc: "An optimizer built from parameter groups of named submodules (`model.backbone`, \
-          `model.head`) silently leaves out any submodule not listed (`model.neck`): it gets \
-          gradients and never changes. Reported when the model's class is defined in the same \
-          file, the left-out submodule has parameters, and nothing in the file freezes \
-          parameters or builds another optimizer for them. Fix: add the missing group, or \
-          freeze the submodule explicitly (`requires_grad_(False)`) if that is the intent.",
-};
+pub const RULE: Rule = Rule { code: "GS323" };
 
 fn has_parameters(ck: &Checker, e: &Expr) -> bool {
     let Some(name) = call_name(e) else {

@@ -1,19 +1,11 @@
 //! GS305: a layer constructed inside `forward`.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::Expr;
 
 use super::{Rule, PARAMETER_FREE};
 use crate::checker::{call_name, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS305",
-    name: "module-in-forward",
-    category: Category::RecreatedWeights,
-    doc: "`nn.Linear(...)` (any layer) constructed inside `forward` gets new random weights \
-          on every call, which no optimizer holds. Build it once in `__init__`. Parameter-free \
-          modules built in forward (`nn.ReLU()`, `nn.Identity()`) are harmless and not flagged.",
-};
+pub const RULE: Rule = Rule { code: "GS305" };
 
 pub fn check(ck: &mut Checker, e: &Expr) {
     if !ck.in_forward() || !ck.constructs_module(e) {

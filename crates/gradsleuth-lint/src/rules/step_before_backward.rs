@@ -1,19 +1,11 @@
 //! GS313: `optimizer.step()` before `loss.backward()` in the same block.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::Stmt;
 
 use super::Rule;
 use crate::checker::Checker;
 
-pub const RULE: Rule = Rule {
-    code: "GS313",
-    name: "step-before-backward",
-    category: Category::ZeroGradOrder,
-    doc: "`optimizer.step()` before `loss.backward()` in an iteration applies the gradients of \
-          the previous iteration (or none on the first), one step late. The order is zero_grad, \
-          forward, backward, step.",
-};
+pub const RULE: Rule = Rule { code: "GS313" };
 
 fn method_calls(ck: &Checker, s: &Stmt) -> (bool, bool) {
     let r = ruff_text_size::Ranged::range(s);

@@ -1,22 +1,10 @@
 //! GS318: a module's output re-wrapped with `torch.tensor(t)` / `torch.as_tensor(t)`.
 
-use gradsleuth_model::Category;
-
 use super::{report_cut, Rule};
 use crate::checker::Checker;
 use crate::flow::FlowCut;
 
-pub const RULE: Rule = Rule {
-    code: "GS318",
-    name: "tensor-rewrap",
-    category: Category::Rewrap,
-    doc: "`torch.tensor(t)` copies a tensor's values into a new leaf without history (PyTorch \
-          warns \"To copy construct from a tensor, it is recommended to use \
-          sourceTensor.clone().detach()\"); `torch.as_tensor(t, dtype=...)` does the same when \
-          it converts. Everything before it gets no gradient. Use `t.to(dtype)`, `torch.stack`, \
-          `torch.cat`. Wrapping data (lists, arrays) is what these functions are for and is not \
-          reported; only tensors carrying a module's output are.",
-};
+pub const RULE: Rule = Rule { code: "GS318" };
 
 pub fn report(ck: &mut Checker, cut: &FlowCut) {
     report_cut(

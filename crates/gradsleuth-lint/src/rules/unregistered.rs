@@ -1,21 +1,11 @@
 //! GS301: modules kept in a plain list/dict/tuple attribute of an `nn.Module`.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::{Expr, StmtAssign};
 
 use super::Rule;
 use crate::checker::{dotted, Checker};
 
-pub const RULE: Rule = Rule {
-    code: "GS301",
-    name: "unregistered-modules",
-    category: Category::Unregistered,
-    doc: "`self.heads = [nn.Linear(...) for ...]` (or a dict/tuple of modules) inside an \
-          `nn.Module`: the modules are not registered, so `model.parameters()`, `state_dict()`, \
-          `.to()` and the optimizer never see them. Use `nn.ModuleList` / `nn.ModuleDict`. \
-          Legitimate only for modules deliberately kept out of the model (rare; say so with \
-          `# noqa: GS301`).",
-};
+pub const RULE: Rule = Rule { code: "GS301" };
 
 /// `torch.randn(..., requires_grad=True)`, `torch.zeros(...).requires_grad_()`: the call that
 /// makes the tensor.

@@ -1,20 +1,12 @@
 //! GS309: `zero_grad()` between `backward()` and `step()` in the same block.
 
-use gradsleuth_model::Category;
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
 use crate::checker::Checker;
 
-pub const RULE: Rule = Rule {
-    code: "GS309",
-    name: "zero-grad-after-backward",
-    category: Category::ZeroGradOrder,
-    doc: "`loss.backward()`, then `optimizer.zero_grad()`, then `optimizer.step()`: the step \
-          sees no gradient and the weights do not move. The order is zero_grad, forward, \
-          backward, step.",
-};
+pub const RULE: Rule = Rule { code: "GS309" };
 
 /// Method calls (`.backward()`, `.zero_grad()`, `.step()`) anywhere in a statement.
 struct Calls(Vec<String>);

@@ -4,21 +4,12 @@
 //! `no_grad` block, a round trip) are reported here with their own codes and lines, marked with
 //! the anomaly and step that armed them.
 
-use gradsleuth_model::{Category, Finding};
+use gradsleuth_model::Finding;
 
 use super::super::Check;
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS146",
-    name: "armed-op-level-step",
-    category: Category::Other,
-    doc: "The cheap monitor is always on; the expensive op-level capture runs only when an \
-          anomaly asks for it: the step after a parameter stops learning, a layer dies, \
-          explodes or vanishes is traced at op level, and what it finds (the cut, at its line) \
-          is reported with the anomaly that armed it. At most three such steps per run.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS146", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     ctx.capture

@@ -1,28 +1,16 @@
 //! GS143 `dead_path`: a layer whose gradient has been exactly zero in every step.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::super::Check;
 use super::{layer_findings, layer_label, span};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS143",
-    name: "dead-layer",
-    category: Category::DeadPath,
-    doc: "A layer whose gradient has been exactly zero (not absent: zero) in every step so far, \
-          for at least `patience` (20) steps: all its units are dead (ReLUs that never fire, a \
-          saturated clamp, a mask that is always false). It gets a gradient and never learns. \
-          Fix: initialisation, a leaky activation, check the mask or clamp.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS143", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     layer_findings(ctx, "dead", |e, layer| {
-        Finding::new(
-            CHECK.code,
-            CHECK.category,
-            Severity::Error,
+        CHECK.finding(Severity::Error,
             format!(
                 "`{}` is dead: its gradient was exactly zero in every step ({}, still at {}).",
                 layer_label(layer),
@@ -47,7 +35,7 @@ mod tests {
         s.capture.watch = Some(WatchRec {
             steps: 50,
             events: vec![WatchEvent {
-                kind: "dead".into(),
+                kind: gradsleuth_model::capture::WatchEventKind::Dead,
                 step: 20,
                 until: 50,
                 names: vec!["fc".into()],

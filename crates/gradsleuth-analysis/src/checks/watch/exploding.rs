@@ -1,29 +1,16 @@
 //! GS141 `exploding`: a layer's gradient norm jumped far above its usual size.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::super::Check;
 use super::{layer_findings, layer_label, span};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS141",
-    name: "exploding-gradient",
-    category: Category::Exploding,
-    doc: "A layer's gradient norm exceeded `explode_factor` (100) times its running median (an \
-          exponential average of the log norm), or the absolute bound `explode_abs` (1e6), after \
-          `warmup` steps. One such step can throw the weights far off; repeated ones usually \
-          precede NaN. Fix: gradient clipping (`clip_grad_norm_`), a lower learning rate or a \
-          warmup, normalisation in the layer.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS141", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     layer_findings(ctx, "exploding", |e, layer| {
-        Finding::new(
-            CHECK.code,
-            CHECK.category,
-            Severity::Warning,
+        CHECK.finding(Severity::Warning,
             format!(
                 "Gradients of `{}` exploded at {}: norm {:.3e}, {}.",
                 layer_label(layer),
@@ -54,7 +41,7 @@ mod tests {
                 ..Default::default()
             }],
             events: vec![WatchEvent {
-                kind: "exploding".into(),
+                kind: gradsleuth_model::capture::WatchEventKind::Exploding,
                 step: 40,
                 until: 42,
                 names: vec!["fc".into()],

@@ -20,7 +20,11 @@ pub(crate) fn events<'c>(
     kind: &str,
 ) -> Option<(&'c WatchRec, Vec<&'c WatchEvent>)> {
     let w = ctx.capture.watch.as_ref()?;
-    let ev: Vec<&WatchEvent> = w.events.iter().filter(|e| e.kind == kind).collect();
+    let ev: Vec<&WatchEvent> = w
+        .events
+        .iter()
+        .filter(|e| e.kind.as_str() == kind)
+        .collect();
     (!ev.is_empty()).then_some((w, ev))
 }
 

@@ -1,26 +1,13 @@
 //! GS140 `nan`: the first non-finite gradient, traced to the op and line that made it.
 
 use gradsleuth_model::capture::TensorStats;
-use gradsleuth_model::{Category, Finding, Related, Severity};
+use gradsleuth_model::{Finding, Related, Severity};
 
 use super::super::Check;
 use super::{events, span};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS140",
-    name: "nonfinite-gradient",
-    category: Category::Nan,
-    doc: "A gradient became NaN or Inf. An optimizer step with it turns the weights NaN and \
-          training is over (unless a GradScaler skips the step). `watch` re-runs that step's \
-          forward and backward from its own inputs (RNG state and buffers restored, `.grad` \
-          untouched) with checks on every op: it names the first forward op whose output was \
-          non-finite (with its inputs' statistics: a zero going into `log`, a negative into \
-          `sqrt`) and the first backward node that made a non-finite gradient from finite ones, \
-          with the forward line that created it (`sqrt` at 0, `x / x.norm()` of a zero vector). \
-          Fix the op (an epsilon, a clamp, `torch.nan_to_num` where it is meant).",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS140", run };
 
 fn stats(s: &TensorStats) -> String {
     let mut parts = vec![format!("{:?} {}", s.shape, s.dtype)];
@@ -47,7 +34,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         e.names.len(),
         span(e)
     );
-    let mut f = Finding::new(CHECK.code, CHECK.category, Severity::Error, String::new());
+    let mut f = CHECK.finding(Severity::Error, String::new());
     f.params = e.names.clone();
     super::claim_names(
         ctx,
@@ -128,7 +115,7 @@ mod tests {
         s.capture.watch = Some(WatchRec {
             steps: 40,
             events: vec![WatchEvent {
-                kind: "nonfinite".into(),
+                kind: gradsleuth_model::capture::WatchEventKind::Nonfinite,
                 step: 17,
                 until: 40,
                 names: vec!["fc.weight".into()],

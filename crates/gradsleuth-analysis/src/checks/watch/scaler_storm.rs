@@ -1,22 +1,12 @@
 //! GS145 `scaler_skipped`: GradScaler skipping most steps well after its calibration.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::super::Check;
 use super::{events, span};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS145",
-    name: "scaler-skip-storm",
-    category: Category::ScalerSkipped,
-    doc: "GradScaler skips `optimizer.step()` whenever the scaled gradients overflow and halves \
-          the scale. In the first `scaler_window` (20) steps that is calibration and normal; \
-          afterwards, skipping at least half (`scaler_skip_fraction`) of a window of steps means \
-          the gradients are non-finite most of the time (fp16 overflow in the forward, a \
-          `log(0)`), so the model barely trains while the loop runs on.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS145", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let Some((w, evs)) = events(ctx, "scaler_storm") else {
@@ -25,10 +15,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let (total, skipped) = w.scaler.unwrap_or((0, 0));
     evs.into_iter()
         .map(|e| {
-            let mut f = Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Error,
+            let mut f = CHECK.finding(Severity::Error,
                 format!(
                     "GradScaler skip storm at {}: {} ({skipped} of {total} scaler steps skipped in all).",
                     span(e),
@@ -55,7 +42,7 @@ mod tests {
             steps: 100,
             scaler: Some((100, 61)),
             events: vec![WatchEvent {
-                kind: "scaler_storm".into(),
+                kind: gradsleuth_model::capture::WatchEventKind::ScalerStorm,
                 step: 30,
                 until: 100,
                 names: vec!["GradScaler".into()],

@@ -1,21 +1,12 @@
 //! GS144: parameters that learned and then stopped getting a gradient mid-run.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::super::Check;
 use super::events;
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS144",
-    name: "stopped-learning",
-    category: Category::Other,
-    doc: "Parameters that had a non-zero gradient and then got none (or zero) for `patience` \
-          (20) consecutive steps: a branch that stopped running (a curriculum flag, a schedule), \
-          a `requires_grad_(False)` mid-run, a detach switched on. The first steps looked \
-          healthy, so only a whole-run monitor sees it. Grouped per step of onset.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS144", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let Some((_, evs)) = events(ctx, "stopped") else {
@@ -30,10 +21,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .into_iter()
         .map(|(step, es)| {
             let names: Vec<String> = es.iter().flat_map(|e| e.names.clone()).collect();
-            let mut f = Finding::new(
-                CHECK.code,
-                CHECK.category,
-                Severity::Warning,
+            let mut f = CHECK.finding(Severity::Warning,
                 format!(
                     "{} parameter(s) stopped getting a gradient mid-run (none or zero for {} steps by step {step}; {}).",
                     names.len(),
@@ -60,7 +48,7 @@ mod tests {
     fn groups_parameters_that_stopped_together() {
         let mut s = healthy(3);
         let ev = |n: &str| WatchEvent {
-            kind: "stopped".into(),
+            kind: gradsleuth_model::capture::WatchEventKind::Stopped,
             step: 45,
             until: 45,
             names: vec![n.into()],

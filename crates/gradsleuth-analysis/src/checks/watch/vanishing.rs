@@ -1,30 +1,16 @@
 //! GS142 `vanishing`: a layer's gradient stays orders of magnitude below the largest layer's.
 
-use gradsleuth_model::{Category, Finding, Severity};
+use gradsleuth_model::{Finding, Severity};
 
 use super::super::Check;
 use super::{layer_findings, layer_label, span};
 use crate::Context;
 
-pub const CHECK: Check = Check {
-    code: "GS142",
-    name: "vanishing-gradient",
-    category: Category::Vanishing,
-    doc: "A layer's gradient norm stayed below `vanish_ratio` (1e-7) times the largest layer's \
-          norm in the same step for `patience` (20) consecutive steps after warmup: with any \
-          common optimizer its weights move about as little, so it effectively does not train \
-          (deep stacks without residuals or normalisation, saturated tanh/sigmoid). Relative, \
-          not absolute, so small losses are not flagged. Fix: residual connections, \
-          normalisation, a non-saturating activation, better initialisation.",
-    run,
-};
+pub const CHECK: Check = Check { code: "GS142", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     layer_findings(ctx, "vanishing", |e, layer| {
-        Finding::new(
-            CHECK.code,
-            CHECK.category,
-            Severity::Warning,
+        CHECK.finding(Severity::Warning,
             format!(
                 "Gradients of `{}` vanished over {}: norm {:.3e}, {}.",
                 layer_label(layer),
@@ -50,7 +36,7 @@ mod tests {
         s.capture.watch = Some(WatchRec {
             steps: 60,
             events: vec![WatchEvent {
-                kind: "vanishing".into(),
+                kind: gradsleuth_model::capture::WatchEventKind::Vanishing,
                 step: 30,
                 until: 60,
                 names: vec!["layers.0".into()],
@@ -64,7 +50,8 @@ mod tests {
         assert!(f[0]
             .message
             .contains("`layers.0` vanished over steps 30-60"));
-        s.capture.watch.as_mut().unwrap().events[0].kind = "exploding".into();
+        s.capture.watch.as_mut().unwrap().events[0].kind =
+            gradsleuth_model::capture::WatchEventKind::Exploding;
         assert!(s.run(&CHECK).is_empty());
     }
 }

@@ -86,6 +86,7 @@ class Recorder:
     def set_env(self, torch_version: str | None, python_version: str | None, device: str | None) -> None: ...
     def module(
         self,
+        *,
         key: int,
         class_: str,
         root: int | None,
@@ -108,6 +109,7 @@ class Recorder:
     def orphan_call(self, key: int, site: Loc, new_instance: bool) -> None: ...
     def tensor(
         self,
+        *,
         key: int,
         name: str,
         kind: TensorKind,
@@ -139,6 +141,7 @@ class Recorder:
     ) -> None: ...
     def add_cut(
         self,
+        *,
         kind: TracerCut,
         op: str,
         site: Loc,

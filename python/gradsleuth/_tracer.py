@@ -428,30 +428,30 @@ class Tracer:
             okey = key
             self._orphans[site_key] = okey
             self.rec.module(
-                okey,
-                type(module).__name__,
-                None,
-                f"<{type(module).__name__} built in forward>",
-                parent,
-                "",
-                ModuleKind.ORPHAN,
-                class_def(type(module)),
-                forward_def(type(module)),
+                key=okey,
+                class_=type(module).__name__,
+                root=None,
+                name=f"<{type(module).__name__} built in forward>",
+                parent=parent,
+                attr="",
+                kind=ModuleKind.ORPHAN,
+                class_def=class_def(type(module)),
+                forward_def=forward_def(type(module)),
             )
             prefix = f"{type(module).__name__}@{os.path.basename(site[0] or '?')}:{site[1]}"
             for name, p in module.named_parameters():
                 tkey = self.key(p)
                 self.rec.tensor(
-                    tkey,
-                    f"{prefix}.{name}",
-                    TensorKind.ORPHAN,
-                    okey,
-                    name,
-                    list(p.shape),
-                    str(p.dtype).replace("torch.", ""),
-                    p.requires_grad,
-                    p.is_leaf,
-                    True,
+                    key=tkey,
+                    name=f"{prefix}.{name}",
+                    kind=TensorKind.ORPHAN,
+                    module=okey,
+                    attr=name,
+                    shape=list(p.shape),
+                    dtype=str(p.dtype).replace("torch.", ""),
+                    requires_grad=p.requires_grad,
+                    is_leaf=p.is_leaf,
+                    is_parameter=True,
                 )
         self._orphan_objs.setdefault(okey, []).append(weakref.ref(module))
         self._known_modules.add(key)
@@ -493,15 +493,15 @@ class Tracer:
             parent_name, _, attr = mname.rpartition(".")
             parent = None if m is root else self.key(root.get_submodule(parent_name)) if parent_name else rkey
             rec.module(
-                mkey,
-                type(m).__name__,
-                rkey,
-                (prefix + mname) if mname else self._root_names.get(rkey, ""),
-                parent,
-                attr,
-                ModuleKind.ROOT if m is root else ModuleKind.REGISTERED,
-                class_def(type(m)),
-                forward_def(type(m)),
+                key=mkey,
+                class_=type(m).__name__,
+                root=rkey,
+                name=(prefix + mname) if mname else self._root_names.get(rkey, ""),
+                parent=parent,
+                attr=attr,
+                kind=ModuleKind.ROOT if m is root else ModuleKind.REGISTERED,
+                class_def=class_def(type(m)),
+                forward_def=forward_def(type(m)),
             )
             for p in m._parameters.values():
                 if p is not None and id(p) not in owner_of:
@@ -543,15 +543,15 @@ class Tracer:
             skey = self.key(sub)
             self._known_modules.add(skey)
             self.rec.module(
-                skey,
-                type(sub).__name__,
-                rkey,
-                qual + ("." + sub_name if sub_name else ""),
-                owner if sub is cm else self.key(cm),
-                label if sub is cm else sub_name,
-                ModuleKind.CONTAINER,
-                class_def(type(sub)),
-                forward_def(type(sub)),
+                key=skey,
+                class_=type(sub).__name__,
+                root=rkey,
+                name=qual + ("." + sub_name if sub_name else ""),
+                parent=owner if sub is cm else self.key(cm),
+                attr=label if sub is cm else sub_name,
+                kind=ModuleKind.CONTAINER,
+                class_def=class_def(type(sub)),
+                forward_def=forward_def(type(sub)),
             )
         for pname, p in cm.named_parameters():
             self._tensor(p, self.key(p), f"{qual}.{pname}", TensorKind.CONTAINER, owner, f"{label}.{pname}", hook)
@@ -569,33 +569,33 @@ class Tracer:
             leaf_key = self.key(leaf)
             self._tensor(leaf, leaf_key, qual + " (hidden leaf)", TensorKind.HIDDEN, mkey, attr, hook)
         self.rec.tensor(
-            self.key(t),
-            qual,
-            TensorKind.ATTRIBUTE,
-            mkey,
-            attr,
-            list(t.shape),
-            _dtype(t),
-            t.requires_grad,
-            False,
-            isinstance(t, nn.Parameter),
-            chain,
-            leaf_key,
+            key=self.key(t),
+            name=qual,
+            kind=TensorKind.ATTRIBUTE,
+            module=mkey,
+            attr=attr,
+            shape=list(t.shape),
+            dtype=_dtype(t),
+            requires_grad=t.requires_grad,
+            is_leaf=False,
+            is_parameter=isinstance(t, nn.Parameter),
+            chain=chain,
+            leaf=leaf_key,
         )
 
     def _tensor(self, t, tkey, name, kind, module, attr, hook):
         self._scanned.add(tkey)
         self.rec.tensor(
-            tkey,
-            name,
-            kind,
-            module,
-            attr,
-            list(t.shape),
-            _dtype(t),
-            t.requires_grad,
-            t.is_leaf,
-            isinstance(t, nn.Parameter),
+            key=tkey,
+            name=name,
+            kind=kind,
+            module=module,
+            attr=attr,
+            shape=list(t.shape),
+            dtype=_dtype(t),
+            requires_grad=t.requires_grad,
+            is_leaf=t.is_leaf,
+            is_parameter=isinstance(t, nn.Parameter),
         )
         local = getattr(t, "_local_tensor", None)  # an FSDP2 DTensor's shard on this rank
         if local is not None:
@@ -674,16 +674,16 @@ class Tracer:
                 pkey = self.key(p)
                 if not self.rec.has_tensor(pkey):
                     self.rec.tensor(
-                        pkey,
-                        "<optimizer tensor>",
-                        TensorKind.FOREIGN,
-                        None,
-                        "",
-                        list(p.shape),
-                        _dtype(p),
-                        p.requires_grad,
-                        p.is_leaf,
-                        isinstance(p, nn.Parameter),
+                        key=pkey,
+                        name="<optimizer tensor>",
+                        kind=TensorKind.FOREIGN,
+                        module=None,
+                        attr="",
+                        shape=list(p.shape),
+                        dtype=_dtype(p),
+                        requires_grad=p.requires_grad,
+                        is_leaf=p.is_leaf,
+                        is_parameter=isinstance(p, nn.Parameter),
                     )
                 params.append(pkey)
                 self._opt_keys_held.add(pkey)
@@ -758,7 +758,13 @@ class Tracer:
         if (kind, site) in self._said:
             return
         self._said.add((kind, site))
-        self.rec.add_cut(kind, op, site, keys, step=self._step_number())
+        self.rec.add_cut(
+            kind=kind,
+            op=op,
+            site=site,
+            params=keys,
+            step=self._step_number(),
+        )
 
     def _keys_upstream(self, t) -> list:
         """Tracked leaves `t` depends on: itself, or those its graph reaches."""
@@ -929,13 +935,13 @@ class Tracer:
         self.rec.backward_end([], f"{type(e).__name__}: {e}")
         if "backward through the graph a second time" in str(e):
             self.rec.add_cut(
-                "stale_tensor",
-                "backward",
-                site,
-                [],
-                self._first_backward_site or (None, None, None),
-                "an earlier backward freed that graph",
-                self._step_number(),
+                kind="stale_tensor",
+                op="backward",
+                site=site,
+                params=[],
+                related=self._first_backward_site or (None, None, None),
+                related_message="an earlier backward freed that graph",
+                step=self._step_number(),
             )
         if self._oplog is None and not self.done:
             # A failure in a cheap step: trace the next step at op level.

@@ -127,7 +127,7 @@ impl Recorder {
     }
 
     /// Adds or updates a module (run counts are kept on update).
-    #[pyo3(signature = (key, class_, root, name, parent, attr, kind, class_def=(None, None, None), forward_def=(None, None, None)))]
+    #[pyo3(signature = (*, key, class_, root, name, parent, attr, kind, class_def=(None, None, None), forward_def=(None, None, None)))]
     #[allow(clippy::too_many_arguments)]
     fn module(
         &mut self,
@@ -211,7 +211,7 @@ impl Recorder {
         self.inner.orphan_call(key, &at(site), new_instance);
     }
 
-    #[pyo3(signature = (key, name, kind, module, attr, shape, dtype, requires_grad, is_leaf, is_parameter, chain=Vec::new(), leaf=None))]
+    #[pyo3(signature = (*, key, name, kind, module, attr, shape, dtype, requires_grad, is_leaf, is_parameter, chain=Vec::new(), leaf=None))]
     #[allow(clippy::too_many_arguments)]
     fn tensor(
         &mut self,
@@ -309,7 +309,7 @@ impl Recorder {
     }
 
     /// A cause seen by the tracer itself (a clip bound, a gradient hook, a reused graph).
-    #[pyo3(signature = (kind, op, site, params, related=(None, None, None), related_message=String::new(), step=0))]
+    #[pyo3(signature = (*, kind, op, site, params, related=(None, None, None), related_message=String::new(), step=0))]
     #[allow(clippy::too_many_arguments)]
     fn add_cut(
         &mut self,

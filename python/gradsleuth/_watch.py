@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gradsleuth._core import graph_nodes, sequence_index, walk
+from gradsleuth._core import graph_nodes, sequence_index, singular_condition, singular_reason, walk
 from gradsleuth._tracer import site_of
 
 
@@ -287,27 +287,29 @@ def _count(mask) -> int:
 
 
 def _singular_at(name: str, tensors, inputs) -> str | None:
-    """Why the derivative of `name` is infinite (or 0/0) at these inputs, or None. The ops whose
-    backward divides by their input or output: the usual origins of a NaN that the forward does
-    not show."""
+    """Why the derivative of `name` is infinite (or 0/0) at these inputs, or None. Which ops
+    have such points and how it is said is Rust's (`gradsleuth_watch::singular`); the inputs
+    that meet the condition are counted here."""
     short = name.rsplit(".", 1)[-1]
     x = tensors[0].detach() if tensors and tensors[0].is_floating_point() else None
     if x is None:
         return None
-    if short in ("sqrt", "rsqrt") and (n := _count(x == 0)):
-        return f"{n} input value(s) are exactly 0, where the derivative of {short} is infinite"
+    exponent = None
     if short in ("pow", "__pow__", "float_power"):
         args: tuple[Any, ...] = inputs[0] if isinstance(inputs, tuple) else ()
         e = args[1] if len(args) > 1 else None
-        if isinstance(e, (int, float)) and 0 < e < 1 and (n := _count(x == 0)):
-            return f"{n} input value(s) are exactly 0, where the derivative of x**{e} is infinite"
-    if short in ("acos", "asin") and (n := _count(x.abs() == 1)):
-        return f"{n} input value(s) are exactly ±1, where the derivative of {short} is infinite"
-    if short == "atan2" and len(tensors) > 1 and (n := _count((x == 0) & (tensors[1].detach() == 0))):
-        return f"{n} point(s) are (0, 0), where the derivative of atan2 is 0/0"
-    if short in ("cdist",) and len(tensors) > 1:
+        exponent = float(e) if isinstance(e, (int, float)) and not isinstance(e, bool) else None
+    condition = singular_condition(short, exponent, len(tensors))
+    if condition is None:
         return None
-    return None
+    if condition == "zero":
+        mask = x == 0
+    elif condition == "abs_one":
+        mask = x.abs() == 1
+    else:
+        mask = (x == 0) & (tensors[1].detach() == 0)
+    n = _count(mask)
+    return singular_reason(short, exponent, n) if n else None
 
 
 class _Found(Exception):

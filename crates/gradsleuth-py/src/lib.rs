@@ -523,6 +523,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(graph::walk, m)?)?;
+    m.add_function(wrap_pyfunction!(watch::singular_condition, m)?)?;
+    m.add_function(wrap_pyfunction!(watch::singular_reason, m)?)?;
     m.add_function(wrap_pyfunction!(graph::graph_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(graph::sequence_index, m)?)?;
     m.add_function(wrap_pyfunction!(graph::grad_fn_chain, m)?)?;

@@ -87,3 +87,22 @@ impl Watcher {
         serde_json::to_string(&self.monitor.record()).unwrap_or_default()
     }
 }
+
+/// What to count on an op's inputs to know whether its derivative is singular there
+/// (`"zero"`, `"abs_one"`, `"both_zero"`), or None (see `gradsleuth_watch::singular`).
+#[pyfunction]
+#[pyo3(signature = (op, exponent, tensor_inputs))]
+pub fn singular_condition(
+    op: &str,
+    exponent: Option<f64>,
+    tensor_inputs: usize,
+) -> Option<&'static str> {
+    gradsleuth_watch::singular::condition(op, exponent, tensor_inputs).map(|c| c.as_str())
+}
+
+/// Why `op`'s derivative is singular at `count` of its inputs.
+#[pyfunction]
+#[pyo3(signature = (op, exponent, count))]
+pub fn singular_reason(op: &str, exponent: Option<f64>, count: u64) -> Option<String> {
+    gradsleuth_watch::singular::reason(op, exponent, count)
+}

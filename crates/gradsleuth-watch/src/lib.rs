@@ -18,6 +18,7 @@
 //!   findings and the renderers draw the gradient-flow chart.
 
 pub mod series;
+pub mod singular;
 pub mod tensorboard;
 
 use std::collections::{HashMap, VecDeque};

@@ -8,6 +8,10 @@
 //! gradsleuth does **not** walk the graph on the hot path: which parameters a backward reached
 //! comes from post-accumulate-grad hooks. A walk runs only when a chain or a picture is needed.
 //!
+//! A walk holds every node it has read until it returns, so identities that are addresses of
+//! handles (a Python wrapper's, which before torch 2.13 dies with its last reference) are
+//! never reused within a walk; `tests::ids_of_dead_handles_are_reused` holds it.
+//!
 //! Walks stop [`MAX_DEPTH`] levels below their roots. Reading a node from Python gives it a
 //! Python object that the node then keeps, and torch (2.15) frees a chain of such nodes by
 //! recursion through their objects' deallocators, not by its iterative deleter: once a chain
@@ -81,6 +85,11 @@ pub fn walk_visit<G: GraphSource>(
     }
     let mut next: Vec<G::Node> = Vec::new();
     let mut kids: Vec<G::Node> = Vec::new();
+    // Every node read stays held until the walk returns: a node's identity may be the address
+    // of a handle that dies with the last reference to it (before torch 2.13 a C++ node does
+    // not keep its Python wrapper alive), and a new handle at a reused address would pass for
+    // a node already seen.
+    let mut held: Vec<G::Node> = Vec::new();
     while !frontier.is_empty() {
         if out.depth == MAX_DEPTH {
             out.truncated = true;
@@ -111,6 +120,7 @@ pub fn walk_visit<G: GraphSource>(
                     next.push(k);
                 }
             }
+            held.push(node);
         }
         std::mem::swap(&mut frontier, &mut next);
     }
@@ -135,10 +145,13 @@ where
     let mut path: Vec<String> = Vec::new();
     let mut kids = Vec::new();
     let mut visited = 0usize;
+    // Held until the search returns (see `walk_visit`: identities of dead handles are reused).
+    let mut held: Vec<G::Node> = Vec::new();
     while let Some((node, depth)) = stack.pop() {
         if !seen.insert(g.id(&node)) {
             continue;
         }
+        held.push(node.clone());
         visited += 1;
         if visited > budget {
             return Ok(None);
@@ -287,5 +300,122 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    /// A source whose node identities are slots handed to live handles only: a node read
+    /// again after its last handle died gets the lowest free slot, possibly one a different
+    /// node had (what `id()` of a Python wrapper does before torch 2.13).
+    mod reused {
+        use super::super::*;
+        use std::cell::RefCell;
+        use std::convert::Infallible;
+        use std::rc::Rc;
+
+        #[derive(Default)]
+        struct Slots {
+            free: Vec<usize>,
+            next: usize,
+            live: Vec<Option<std::rc::Weak<Handle>>>,
+        }
+
+        struct Handle {
+            node: usize,
+            slot: usize,
+            slots: Rc<RefCell<Slots>>,
+        }
+
+        impl Drop for Handle {
+            fn drop(&mut self) {
+                let mut s = self.slots.borrow_mut();
+                s.free.push(self.slot);
+                s.free.sort_unstable_by(|a, b| b.cmp(a));
+            }
+        }
+
+        struct Reusing {
+            adj: Vec<Vec<usize>>,
+            leaf: Vec<Option<u64>>,
+            slots: Rc<RefCell<Slots>>,
+        }
+
+        impl Reusing {
+            /// The node's handle: its live one, else a new one at the lowest free slot.
+            fn handle(&self, node: usize) -> Rc<Handle> {
+                let mut s = self.slots.borrow_mut();
+                if s.live.len() <= node {
+                    s.live.resize(node + 1, None);
+                }
+                if let Some(h) = s.live[node].as_ref().and_then(|w| w.upgrade()) {
+                    return h;
+                }
+                let slot = s.free.pop().unwrap_or_else(|| {
+                    s.next += 1;
+                    s.next - 1
+                });
+                let h = Rc::new(Handle {
+                    node,
+                    slot,
+                    slots: self.slots.clone(),
+                });
+                s.live[node] = Some(Rc::downgrade(&h));
+                h
+            }
+        }
+
+        impl GraphSource for Reusing {
+            type Node = Rc<Handle>;
+            type Id = usize;
+            type Error = Infallible;
+            fn id(&self, n: &Rc<Handle>) -> usize {
+                n.slot
+            }
+            fn children(
+                &mut self,
+                n: &Rc<Handle>,
+                out: &mut Vec<Rc<Handle>>,
+            ) -> Result<(), Infallible> {
+                for &c in &self.adj[n.node] {
+                    let h = self.handle(c);
+                    out.push(h);
+                }
+                Ok(())
+            }
+            fn leaf(&mut self, n: &Rc<Handle>) -> Result<Option<u64>, Infallible> {
+                Ok(self.leaf[n.node])
+            }
+        }
+
+        /// A 27-node step: a chain of 24 ops over 3 parameters' accumulators.
+        fn step() -> Reusing {
+            let n = 27;
+            let mut adj: Vec<Vec<usize>> = (0..24).map(|i| vec![i + 1]).collect();
+            adj[23] = vec![24, 25, 26];
+            adj[8].push(25);
+            adj.extend([vec![], vec![], vec![]]);
+            let mut leaf = vec![None; n];
+            leaf[24] = Some(100);
+            leaf[25] = Some(101);
+            leaf[26] = Some(102);
+            Reusing {
+                adj,
+                leaf,
+                slots: Rc::new(RefCell::new(Slots::default())),
+            }
+        }
+
+        #[test]
+        fn ids_of_dead_handles_are_reused() {
+            let mut g = step();
+            let root = g.handle(0);
+            let w = walk(&mut g, vec![root.clone()], usize::MAX).unwrap();
+            assert_eq!(w.nodes, 27, "every node seen once");
+            let mut leaves = w.leaves.clone();
+            leaves.sort_unstable();
+            assert_eq!(leaves, vec![100, 101, 102]);
+            let path = path_to_leaf(&mut g, root, 102, usize::MAX, |_, n| n.node.to_string())
+                .unwrap()
+                .expect("the leaf is found");
+            assert_eq!(path.len(), 25);
+        }
     }
 }

@@ -601,6 +601,9 @@ impl<K, N> OpLog<K, N> {
         // freeing nodes Python has read recurses in torch).
         let mut stack: Vec<(H::Node, Option<u64>, usize)> = vec![(root, None, 0)];
         let mut children = Vec::new();
+        // Every node read is held until both passes are done: identities are addresses of
+        // handles, which a dead handle's successor may reuse (see `gradsleuth_graph`).
+        let mut held: Vec<H::Node> = Vec::new();
         while let Some((node, inherited, depth)) = stack.pop() {
             let id = h.id(&node);
             if index.contains_key(&id) {
@@ -620,6 +623,7 @@ impl<K, N> OpLog<K, N> {
             let name = h.node_name(&node);
             let i = rec.nodes.len() as u32;
             index.insert(id, i);
+            held.push(node.clone());
             rec.nodes.push(GraphNode {
                 name,
                 module,
@@ -658,7 +662,9 @@ impl<K, N> OpLog<K, N> {
                     stack.push(c);
                 }
             }
+            held.push(node);
         }
+        drop(held);
         rec.edges = edges;
         recorder.capture.graph = Some(rec);
         Ok(())

@@ -57,12 +57,12 @@ bench: build $(STAMP_DOT) $(STAMP_CHROMIUM)
 lint: build
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
-	$(VENV)/bin/ruff check python tests bench
+	$(VENV)/bin/ruff check python tests bench eval
 	$(VENV)/bin/mypy python/gradsleuth
 
 fmt:
 	cargo fmt --all
-	$(VENV)/bin/ruff check --fix python tests bench || true
+	$(VENV)/bin/ruff check --fix python tests bench eval || true
 
 clean:
 	rm -rf target $(VENV) .cache

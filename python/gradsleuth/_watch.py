@@ -99,7 +99,8 @@ def _finite(t) -> bool:
 def _op_name(func) -> str:
     name = getattr(func, "__name__", None) or repr(func)
     owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
-    if owner is torch.Tensor or getattr(owner, "__name__", "") == "TensorBase":
+    # The C base class is `TensorBase` (torch ≥ 2.3) or `_TensorBase` (2.1–2.2).
+    if owner is torch.Tensor or getattr(owner, "__name__", "") in ("TensorBase", "_TensorBase"):
         return f"Tensor.{name}"
     mod = getattr(func, "__module__", None) or "torch"
     if mod.startswith("torch.nn.functional"):

@@ -86,7 +86,11 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
     let last = qual.rsplit('.').next().unwrap_or(qual);
     let name = if is_descriptor {
         format!("Tensor.{}", owner.unwrap_or_default())
-    } else if qual.starts_with("TensorBase.") || qual.starts_with("Tensor.") {
+    } else if qual.starts_with("TensorBase.")
+        || qual.starts_with("_TensorBase.")
+        || qual.starts_with("Tensor.")
+    {
+        // `_TensorBase` is torch 2.1–2.2's name of the C base class, `TensorBase` later ones'.
         format!("Tensor.{last}")
     } else if qual.starts_with("_VariableFunctionsClass.") {
         format!("torch.{last}")
@@ -156,6 +160,10 @@ mod tests {
             Kind::Construct
         );
         assert_eq!(classify("_set_grad_enabled", None).kind, Kind::GradMode);
+        // torch 2.1–2.2 name the base class `_TensorBase`.
+        let c = classify("_TensorBase.detach", None);
+        assert_eq!((&*c.name, c.kind), ("Tensor.detach", Kind::Detach));
+        assert_eq!(&*classify("_TensorBase.add_", None).name, "Tensor.add_");
     }
 
     #[test]

@@ -106,6 +106,28 @@ class Recorder:
         self, rank: int, world_size: int, local_rank: int | None = None, hostname: str | None = None
     ) -> None: ...
     def progress(self, step: int, phase: Phase) -> None: ...
+    def orphan(
+        self,
+        *,
+        key: int,
+        class_id: int,
+        class_: str,
+        site: Loc,
+        parent: int | None,
+        class_def: Loc = ...,
+        forward_def: Loc = ...,
+    ) -> tuple[int, bool]: ...
+    def orphan_param(
+        self,
+        *,
+        group: int,
+        key: int,
+        attr: str,
+        shape: Sequence[int],
+        dtype: str,
+        requires_grad: bool,
+        is_leaf: bool,
+    ) -> None: ...
     def orphan_call(self, key: int, site: Loc, new_instance: bool) -> None: ...
     def tensor(
         self,

@@ -165,7 +165,6 @@ class Tracer:
         self._root_call = 0
         self._last_call: dict[int, int] = {}
         self._module_stack: list[int] = []
-        self._orphans: dict[tuple, int] = {}
         self._orphan_objs: dict[int, list] = {}
         self._optimizers: dict[int, weakref.ref] = {}
         self._opt_sites: dict[int, tuple] = {}
@@ -418,40 +417,30 @@ class Tracer:
         return None
 
     def _orphan(self, module, key):
-        """A module running inside a model's forward that belongs to no scanned model."""
+        """A module running inside a model's forward that belongs to no scanned model (grouped
+        by class and call site in Rust: `Recorder.orphan`)."""
         site = site_of(sys._getframe(2))
-        site_key = (type(module), site[0], site[1])
-        okey = self._orphans.get(site_key)
         parent = self._module_stack[-1] if self._module_stack else None
         new_instance = True
-        if okey is None:
-            okey = key
-            self._orphans[site_key] = okey
-            self.rec.module(
-                key=okey,
-                class_=type(module).__name__,
-                root=None,
-                name=f"<{type(module).__name__} built in forward>",
-                parent=parent,
-                attr="",
-                kind=ModuleKind.ORPHAN,
-                class_def=class_def(type(module)),
-                forward_def=forward_def(type(module)),
-            )
-            prefix = f"{type(module).__name__}@{os.path.basename(site[0] or '?')}:{site[1]}"
+        okey, new_group = self.rec.orphan(
+            key=key,
+            class_id=id(type(module)),
+            class_=type(module).__name__,
+            site=site,
+            parent=parent,
+            class_def=class_def(type(module)),
+            forward_def=forward_def(type(module)),
+        )
+        if new_group:
             for name, p in module.named_parameters():
-                tkey = self.key(p)
-                self.rec.tensor(
-                    key=tkey,
-                    name=f"{prefix}.{name}",
-                    kind=TensorKind.ORPHAN,
-                    module=okey,
+                self.rec.orphan_param(
+                    group=okey,
+                    key=self.key(p),
                     attr=name,
                     shape=list(p.shape),
                     dtype=str(p.dtype).replace("torch.", ""),
                     requires_grad=p.requires_grad,
                     is_leaf=p.is_leaf,
-                    is_parameter=True,
                 )
         self._orphan_objs.setdefault(okey, []).append(weakref.ref(module))
         self._known_modules.add(key)

@@ -69,6 +69,9 @@ pub struct TensorInfo {
     pub leaf: Option<u64>,
 }
 
+/// (class identity, file, line) of a call that built a module in a forward.
+type OrphanSite = (u64, Option<String>, Option<u32>);
+
 /// The capture buffer.
 pub struct Recorder {
     pub capture: Capture,
@@ -80,6 +83,9 @@ pub struct Recorder {
     current_backward: Option<usize>,
     source: SourceCache,
     cwd: Option<PathBuf>,
+    /// Modules built in a forward, grouped by (class identity, file, line) of the call: the
+    /// group's key and the prefix its parameters are named with.
+    orphan_groups: HashMap<OrphanSite, (u64, String)>,
 }
 
 impl Recorder {
@@ -100,6 +106,7 @@ impl Recorder {
             current_backward: None,
             source: SourceCache::new(),
             cwd: std::env::current_dir().ok(),
+            orphan_groups: HashMap::new(),
         }
     }
 
@@ -220,6 +227,87 @@ impl Recorder {
     /// The phase the script is in (see `Progress`).
     pub fn progress(&mut self, step: u32, phase: Phase) {
         self.capture.progress = Some(Progress { step, phase });
+    }
+
+    /// A module running inside a model's forward that belongs to no scanned model, called at
+    /// `site`: modules of one class built at one call site are one group (a layer rebuilt on
+    /// every forward is one module, not one per step). Returns the group's key and whether the
+    /// group is new (its parameters are then added with [`Recorder::orphan_param`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn orphan(
+        &mut self,
+        key: u64,
+        class_id: u64,
+        class: &str,
+        site: &At,
+        parent: Option<u64>,
+        class_def: &At,
+        forward_def: &At,
+    ) -> (u64, bool) {
+        let group = (class_id, site.file.clone(), site.line);
+        if let Some((okey, _)) = self.orphan_groups.get(&group) {
+            return (*okey, false);
+        }
+        let base = site
+            .file
+            .as_deref()
+            .map(|f| {
+                std::path::Path::new(f)
+                    .file_name()
+                    .map_or(f.to_owned(), |b| b.to_string_lossy().into_owned())
+            })
+            .unwrap_or_else(|| "?".into());
+        let line = site.line.map_or("None".to_owned(), |l| l.to_string());
+        let prefix = format!("{class}@{base}:{line}");
+        self.orphan_groups.insert(group, (key, prefix));
+        self.module(ModuleInfo {
+            key,
+            class: class.to_owned(),
+            root: None,
+            name: format!("<{class} built in forward>"),
+            parent,
+            attr: String::new(),
+            kind: ModuleKind::Orphan,
+            class_def: class_def.clone(),
+            forward_def: forward_def.clone(),
+        });
+        (key, true)
+    }
+
+    /// A parameter of the orphan group `group`, named by the group's call site.
+    #[allow(clippy::too_many_arguments)]
+    pub fn orphan_param(
+        &mut self,
+        group: u64,
+        key: u64,
+        attr: &str,
+        shape: Vec<i64>,
+        dtype: String,
+        requires_grad: bool,
+        is_leaf: bool,
+    ) {
+        let Some(prefix) = self
+            .orphan_groups
+            .values()
+            .find(|(k, _)| *k == group)
+            .map(|(_, p)| p.clone())
+        else {
+            return;
+        };
+        self.tensor(TensorInfo {
+            key,
+            name: format!("{prefix}.{attr}"),
+            kind: TensorKind::Orphan,
+            module: Some(group),
+            attr: attr.to_owned(),
+            shape,
+            dtype,
+            requires_grad,
+            is_leaf,
+            is_parameter: true,
+            chain: Vec::new(),
+            leaf: None,
+        });
     }
 
     /// An orphan module's call site (first one kept) and a new instance of it.
@@ -538,6 +626,51 @@ mod tests {
         r.reached(9); // no backward in progress: dropped
         assert_eq!(r.reached_keys(0), vec![3, 5]);
         assert_eq!(r.backward_count(), 1);
+    }
+
+    #[test]
+    fn modules_built_at_one_call_site_are_one_group_named_by_it() {
+        let mut r = Recorder::new("run", 3, None, Vec::new());
+        let site = At::new("/u/train.py", 31, Some("Net.forward"));
+        let (g, new) = r.orphan(
+            10,
+            1,
+            "Linear",
+            &site,
+            Some(2),
+            &At::default(),
+            &At::default(),
+        );
+        assert_eq!((g, new), (10, true));
+        r.orphan_param(g, 11, "weight", vec![4, 4], "float32".into(), true, true);
+        // The next step builds another instance at the same line: the same group.
+        assert_eq!(
+            r.orphan(
+                20,
+                1,
+                "Linear",
+                &site,
+                Some(2),
+                &At::default(),
+                &At::default()
+            ),
+            (10, false)
+        );
+        let other = At::new("/u/train.py", 32, None);
+        let (_, new_group) = r.orphan(
+            30,
+            1,
+            "Linear",
+            &other,
+            None,
+            &At::default(),
+            &At::default(),
+        );
+        assert!(new_group);
+        assert_eq!(r.capture.modules[0].name, "<Linear built in forward>");
+        assert_eq!(r.capture.modules[0].kind, ModuleKind::Orphan);
+        assert_eq!(r.capture.tensors[0].name, "Linear@train.py:31.weight");
+        assert_eq!(r.capture.modules.len(), 2);
     }
 
     #[test]

@@ -206,6 +206,47 @@ impl Recorder {
         Ok(())
     }
 
+    /// A module built in a forward: its group (by class and call site) and whether it is new.
+    #[pyo3(signature = (*, key, class_id, class_, site, parent, class_def=(None, None, None), forward_def=(None, None, None)))]
+    #[allow(clippy::too_many_arguments)]
+    fn orphan(
+        &mut self,
+        key: u64,
+        class_id: u64,
+        class_: &str,
+        site: Loc3,
+        parent: Option<u64>,
+        class_def: Loc3,
+        forward_def: Loc3,
+    ) -> (u64, bool) {
+        self.inner.orphan(
+            key,
+            class_id,
+            class_,
+            &at(site),
+            parent,
+            &at(class_def),
+            &at(forward_def),
+        )
+    }
+
+    /// A parameter of a new orphan group, named by the group's call site.
+    #[pyo3(signature = (*, group, key, attr, shape, dtype, requires_grad, is_leaf))]
+    #[allow(clippy::too_many_arguments)]
+    fn orphan_param(
+        &mut self,
+        group: u64,
+        key: u64,
+        attr: &str,
+        shape: Vec<i64>,
+        dtype: String,
+        requires_grad: bool,
+        is_leaf: bool,
+    ) {
+        self.inner
+            .orphan_param(group, key, attr, shape, dtype, requires_grad, is_leaf);
+    }
+
     /// An orphan module's call site (first one kept) and a new instance of it.
     fn orphan_call(&mut self, key: u64, site: Loc3, new_instance: bool) {
         self.inner.orphan_call(key, &at(site), new_instance);

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from test_cases import _matches  # noqa: E402
+from test_cases import compare  # noqa: E402
 
 
 def run(python: str, pythonpath: str, case: Path, tmp: Path) -> tuple[str, bool, str]:
@@ -34,14 +34,10 @@ def run(python: str, pythonpath: str, case: Path, tmp: Path) -> tuple[str, bool,
     if not out.exists():
         return case.name, False, "no report: " + proc.stderr[-300:]
     report = json.loads(out.read_text())
-    unmatched = list(range(len(report["findings"])))
-    for want in expected["findings"]:
-        hit = next((i for i in unmatched if _matches(report["findings"][i], want)), None)
-        if hit is None:
-            got = "; ".join(f"{f['code']} {f.get('params')}" for f in report["findings"])
-            return case.name, False, f"missing {want['category']}: got {got[:300]}"
-        unmatched.remove(hit)
-    extra = [report["findings"][i] for i in unmatched if report["findings"][i]["severity"] in ("error", "warning")]
+    missing, extra = compare(expected, report)
+    if missing:
+        got = "; ".join(f"{f['code']} {f.get('params')}" for f in report["findings"])
+        return case.name, False, f"missing {missing[0]['category']}: got {got[:300]}"
     if extra:
         return case.name, False, "extra: " + "; ".join(f"{f['code']} {f.get('params')}" for f in extra)[:300]
     return case.name, True, ""

@@ -29,6 +29,21 @@ def _matches(finding, want):
     return True
 
 
+def compare(expected: dict, report: dict) -> tuple[list, list]:
+    """(expected findings the report lacks, findings at warning or error level no expectation
+    names): both empty when the case holds."""
+    unmatched = list(range(len(report["findings"])))
+    missing = []
+    for want in expected["findings"]:
+        hit = next((i for i in unmatched if _matches(report["findings"][i], want)), None)
+        if hit is None:
+            missing.append(want)
+        else:
+            unmatched.remove(hit)
+    extra = [report["findings"][i] for i in unmatched if report["findings"][i]["severity"] in ("error", "warning")]
+    return missing, extra
+
+
 def _describe(report):
     return json.dumps(report["findings"], indent=1)[:6000] if report else "no report"
 
@@ -46,12 +61,8 @@ def test_case(case, results):
     assert report is not None, f"no report; stderr:\n{proc.stderr[-3000:]}"
     assert report["tool"] == "gradsleuth" and report["command"] == "run"
     assert report["steps_observed"] >= 1 or expected.get("no_steps"), proc.stderr[-2000:]
-    unmatched = list(range(len(report["findings"])))
-    for want in expected["findings"]:
-        hit = next((i for i in unmatched if _matches(report["findings"][i], want)), None)
-        assert hit is not None, f"expected {want}\ngot:\n{_describe(report)}\nstderr:\n{proc.stderr[-2000:]}"
-        unmatched.remove(hit)
-    extra = [report["findings"][i] for i in unmatched if report["findings"][i]["severity"] in ("error", "warning")]
+    missing, extra = compare(expected, report)
+    assert not missing, f"expected {missing[0]}\ngot:\n{_describe(report)}\nstderr:\n{proc.stderr[-2000:]}"
     assert not extra, f"unexpected findings:\n{json.dumps(extra, indent=1)}"
     want_code = expected.get(
         "exit_code", 1 if any(w.get("severity", "error") == "error" for w in expected["findings"]) else 0

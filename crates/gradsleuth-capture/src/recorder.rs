@@ -84,8 +84,10 @@ pub struct Recorder {
     source: SourceCache,
     cwd: Option<PathBuf>,
     /// Modules built in a forward, grouped by (class identity, file, line) of the call: the
-    /// group's key and the prefix its parameters are named with.
-    orphan_groups: HashMap<OrphanSite, (u64, String)>,
+    /// group's key.
+    orphan_groups: HashMap<OrphanSite, u64>,
+    /// Each group's prefix for its parameters' names (`Linear@train.py:31`).
+    orphan_prefixes: HashMap<u64, String>,
 }
 
 impl Recorder {
@@ -107,6 +109,7 @@ impl Recorder {
             source: SourceCache::new(),
             cwd: std::env::current_dir().ok(),
             orphan_groups: HashMap::new(),
+            orphan_prefixes: HashMap::new(),
         }
     }
 
@@ -245,8 +248,8 @@ impl Recorder {
         forward_def: &At,
     ) -> (u64, bool) {
         let group = (class_id, site.file.clone(), site.line);
-        if let Some((okey, _)) = self.orphan_groups.get(&group) {
-            return (*okey, false);
+        if let Some(&okey) = self.orphan_groups.get(&group) {
+            return (okey, false);
         }
         let base = site
             .file
@@ -258,8 +261,9 @@ impl Recorder {
             })
             .unwrap_or_else(|| "?".into());
         let line = site.line.map_or("None".to_owned(), |l| l.to_string());
-        let prefix = format!("{class}@{base}:{line}");
-        self.orphan_groups.insert(group, (key, prefix));
+        self.orphan_groups.insert(group, key);
+        self.orphan_prefixes
+            .insert(key, format!("{class}@{base}:{line}"));
         self.module(ModuleInfo {
             key,
             class: class.to_owned(),
@@ -286,12 +290,7 @@ impl Recorder {
         requires_grad: bool,
         is_leaf: bool,
     ) {
-        let Some(prefix) = self
-            .orphan_groups
-            .values()
-            .find(|(k, _)| *k == group)
-            .map(|(_, p)| p.clone())
-        else {
+        let Some(prefix) = self.orphan_prefixes.get(&group).cloned() else {
             return;
         };
         self.tensor(TensorInfo {

@@ -281,15 +281,6 @@ pub enum WatchEventKind {
 }
 
 impl WatchEventKind {
-    pub const ALL: [WatchEventKind; 6] = [
-        WatchEventKind::Nonfinite,
-        WatchEventKind::Exploding,
-        WatchEventKind::Vanishing,
-        WatchEventKind::Dead,
-        WatchEventKind::Stopped,
-        WatchEventKind::ScalerStorm,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             WatchEventKind::Nonfinite => "nonfinite",
@@ -299,11 +290,6 @@ impl WatchEventKind {
             WatchEventKind::Stopped => "stopped",
             WatchEventKind::ScalerStorm => "scaler_storm",
         }
-    }
-
-    /// The kind named so (`nonfinite`, ...).
-    pub fn parse(s: &str) -> Option<WatchEventKind> {
-        Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 

@@ -5,15 +5,35 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 /// What `gradsleuth run` tells the interpreter it starts.
-#[pyclass(module = "gradsleuth._core", frozen)]
-pub struct RunConfig(gradsleuth_model::RunConfig);
+#[pyclass(module = "gradsleuth._core", frozen, get_all)]
+pub struct RunConfig {
+    capture: Option<String>,
+    steps: u32,
+    stop_after: bool,
+    deep: bool,
+    watch: bool,
+    tensorboard: Option<String>,
+}
+
+impl From<gradsleuth_model::RunConfig> for RunConfig {
+    fn from(c: gradsleuth_model::RunConfig) -> Self {
+        RunConfig {
+            capture: c.capture,
+            steps: c.steps,
+            stop_after: c.stop_after,
+            deep: c.deep,
+            watch: c.watch,
+            tensorboard: c.tensorboard,
+        }
+    }
+}
 
 #[pymethods]
 impl RunConfig {
     /// The defaults (what a bare `python -m gradsleuth._run SCRIPT` gets).
     #[new]
     fn new() -> Self {
-        RunConfig(gradsleuth_model::RunConfig::default())
+        gradsleuth_model::RunConfig::default().into()
     }
 
     /// Reads the file `gradsleuth run` wrote; a clear error for anything else.
@@ -23,37 +43,7 @@ impl RunConfig {
             PyOSError::new_err(format!("cannot read the run configuration {path}: {e}"))
         })?;
         gradsleuth_model::RunConfig::from_json(&text)
-            .map(RunConfig)
+            .map(Into::into)
             .map_err(|e| PyValueError::new_err(format!("run configuration {path}: {e}")))
-    }
-
-    #[getter]
-    fn capture(&self) -> Option<String> {
-        self.0.capture.clone()
-    }
-
-    #[getter]
-    fn steps(&self) -> u32 {
-        self.0.steps
-    }
-
-    #[getter]
-    fn stop_after(&self) -> bool {
-        self.0.stop_after
-    }
-
-    #[getter]
-    fn deep(&self) -> bool {
-        self.0.deep
-    }
-
-    #[getter]
-    fn watch(&self) -> bool {
-        self.0.watch
-    }
-
-    #[getter]
-    fn tensorboard(&self) -> Option<String> {
-        self.0.tensorboard.clone()
     }
 }

@@ -1,7 +1,7 @@
 //! Python frames read for the user's own code; which code that is, is decided in
 //! `gradsleuth_capture::site`. What a code object is (skipped, or its absolute file and
-//! qualified name) is cached by its address, so a walk costs a few attribute reads per frame. Used by the op log for every recorded op and by
-//! the tracer (through [`Frames`]) for backward, optimizer, zero_grad and scaler call sites.
+//! qualified name) is cached by its address, so a walk costs a few attribute reads per frame.
+//! Used by the op log for every recorded op and by the tracer (through [`Frames`]) for backward, optimizer, zero_grad and scaler call sites.
 
 use std::sync::Arc;
 
@@ -36,16 +36,13 @@ impl FrameWalker {
             .getattr("co_filename")
             .and_then(|f| f.extract())
             .unwrap_or_default();
-        let info = if self.filter.skips(&file) {
-            None
-        } else {
-            let func: String = code
-                .getattr("co_qualname")
-                .or_else(|_| code.getattr("co_name"))
-                .and_then(|f| f.extract())
-                .unwrap_or_default();
-            self.filter.code(&file, &func)
-        };
+        // Read once per code object (cached below), so the name is read even for skipped code.
+        let func: String = code
+            .getattr("co_qualname")
+            .or_else(|_| code.getattr("co_name"))
+            .and_then(|f| f.extract())
+            .unwrap_or_default();
+        let info = self.filter.code(&file, &func);
         self.codes.insert(key, info.clone());
         info
     }

@@ -24,12 +24,17 @@ impl Condition {
     }
 }
 
+/// Powers whose derivative is infinite at 0 for exponents in (0, 1).
+fn is_power(op: &str) -> bool {
+    matches!(op, "pow" | "__pow__" | "float_power")
+}
+
 /// The condition to count for `op` (its short name, `sqrt`, `__pow__`), given its exponent
 /// for powers and how many tensor inputs it has; None for ops without such a point.
 pub fn condition(op: &str, exponent: Option<f64>, tensor_inputs: usize) -> Option<Condition> {
     match op {
         "sqrt" | "rsqrt" => Some(Condition::Zero),
-        "pow" | "__pow__" | "float_power" => exponent
+        _ if is_power(op) => exponent
             .filter(|e| *e > 0.0 && *e < 1.0)
             .map(|_| Condition::Zero),
         "acos" | "asin" => Some(Condition::AbsOne),
@@ -38,25 +43,23 @@ pub fn condition(op: &str, exponent: Option<f64>, tensor_inputs: usize) -> Optio
     }
 }
 
-/// The reason, for `count` (> 0) inputs meeting `op`'s condition.
+/// The reason, for `count` (> 0) inputs of `op` meeting its condition.
 pub fn reason(op: &str, exponent: Option<f64>, count: u64) -> Option<String> {
-    let cond = condition(op, exponent, 2)?;
-    Some(match cond {
-        Condition::Zero => match exponent.filter(|_| op != "sqrt" && op != "rsqrt") {
-            Some(e) => format!(
-                "{count} input value(s) are exactly 0, where the derivative of x**{} is infinite",
-                python_float(e)
-            ),
-            None => format!(
+    Some(match op {
+        "sqrt" | "rsqrt" => {
+            format!(
                 "{count} input value(s) are exactly 0, where the derivative of {op} is infinite"
-            ),
-        },
-        Condition::AbsOne => format!(
+            )
+        }
+        _ if is_power(op) => format!(
+            "{count} input value(s) are exactly 0, where the derivative of x**{} is infinite",
+            python_float(exponent.filter(|e| *e > 0.0 && *e < 1.0)?)
+        ),
+        "acos" | "asin" => format!(
             "{count} input value(s) are exactly ±1, where the derivative of {op} is infinite"
         ),
-        Condition::BothZero => {
-            format!("{count} point(s) are (0, 0), where the derivative of atan2 is 0/0")
-        }
+        "atan2" => format!("{count} point(s) are (0, 0), where the derivative of atan2 is 0/0"),
+        _ => return None,
     })
 }
 

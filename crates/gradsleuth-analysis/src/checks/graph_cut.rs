@@ -17,13 +17,6 @@ struct Kind {
     fix: &'static str,
 }
 
-impl Kind {
-    /// The category of the cut, as the registry has it for the code.
-    fn category(&self) -> Category {
-        gradsleuth_rules::registered(self.code).category()
-    }
-}
-
 const KINDS: &[Kind] = &[
     Kind {
         code: "GS201",
@@ -94,10 +87,13 @@ const KINDS: &[Kind] = &[
 ];
 
 macro_rules! cut_check {
-    ($name:ident, $idx:expr, $code:expr) => {
+    ($name:ident, $idx:expr) => {
         pub mod $name {
             use super::*;
-            pub const CHECK: Check = Check { code: $code, run };
+            pub const CHECK: Check = Check {
+                code: KINDS[$idx].code,
+                run,
+            };
             fn run(ctx: &Context) -> Vec<Finding> {
                 run_kind(ctx, &KINDS[$idx])
             }
@@ -105,18 +101,18 @@ macro_rules! cut_check {
     };
 }
 
-cut_check!(detach, 0, "GS201");
-cut_check!(data_attr, 1, "GS202");
-cut_check!(no_grad, 2, "GS203");
-cut_check!(rewrap, 3, "GS204");
-cut_check!(numpy_roundtrip, 4, "GS205");
-cut_check!(loss_rewrap, 5, "GS206");
-cut_check!(dead_path, 7, "GS210");
-cut_check!(grad_clip, 8, "GS211");
-cut_check!(grad_hook, 9, "GS212");
-cut_check!(create_graph, 10, "GS213");
-cut_check!(stale_tensor, 11, "GS214");
-cut_check!(non_differentiable, 6, "GS207");
+cut_check!(detach, 0);
+cut_check!(data_attr, 1);
+cut_check!(no_grad, 2);
+cut_check!(rewrap, 3);
+cut_check!(numpy_roundtrip, 4);
+cut_check!(loss_rewrap, 5);
+cut_check!(dead_path, 7);
+cut_check!(grad_clip, 8);
+cut_check!(grad_hook, 9);
+cut_check!(create_graph, 10);
+cut_check!(stale_tensor, 11);
+cut_check!(non_differentiable, 6);
 
 /// Kinds that explain exactly-zero gradients (the parameter is reached, with zeros).
 fn zero_kind(kind: Category) -> bool {
@@ -144,15 +140,13 @@ type Merged<'a> = (
 );
 
 fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
+    // The cut's category is the registry's for the code.
+    let rule = gradsleuth_rules::registered(kind.code);
+    let category = rule.category();
     let mut out = Vec::new();
     // Cuts sharing the line to fix (ops inside one `no_grad` block) make one finding.
     let mut merged: Vec<Merged<'_>> = Vec::new();
-    for cut in ctx
-        .capture
-        .cuts
-        .iter()
-        .filter(|c| c.kind == kind.category())
-    {
+    for cut in ctx.capture.cuts.iter().filter(|c| c.kind == category) {
         let site = fix_site(cut);
         match merged
             .iter_mut()
@@ -183,7 +177,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             .collect();
         keys.dedup();
         let standalone = matches!(
-            kind.category(),
+            category,
             Category::LossRewrap | Category::CreateGraph | Category::StaleTensor
         );
         if keys.is_empty() && !standalone {
@@ -224,12 +218,11 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             && keys
                 .iter()
                 .all(|k| ctx.facts.get(*k).is_some_and(|f| f.learns()));
-        let severity =
-            if (keys.is_empty() && kind.category() == Category::CreateGraph) || learned_before {
-                Severity::Warning
-            } else {
-                Severity::Error
-            };
+        let severity = if (keys.is_empty() && category == Category::CreateGraph) || learned_before {
+            Severity::Warning
+        } else {
+            Severity::Error
+        };
         let mut message = (kind.what)(&op, &who);
         let mut steps = vec![cut.step];
         if learned_before {
@@ -259,7 +252,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         // For no_grad the line to change is the one that disabled grad; the op is related.
         // For no_grad the line to change is the one that disabled grad (found in the source
         // around the op, else where the tracer saw grad turned off); the op is related.
-        let (loc, related) = if kind.category() == Category::NoGrad {
+        let (loc, related) = if category == Category::NoGrad {
             let frames = cut.location.iter().chain(
                 cut.related
                     .iter()

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gradsleuth_model::capture::{ModuleRec, TensorKind, TensorRec};
-use gradsleuth_model::{Category, Finding, Location, Severity};
+use gradsleuth_model::{Finding, Location, Severity};
 
 use crate::Context;
 
@@ -40,10 +40,6 @@ impl Check {
     /// The check's registry entry.
     pub fn rule(&self) -> gradsleuth_rules::Rule {
         gradsleuth_rules::registered(self.code)
-    }
-
-    pub fn category(&self) -> Category {
-        self.rule().category()
     }
 
     /// A finding of this check.

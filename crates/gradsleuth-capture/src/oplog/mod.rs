@@ -664,7 +664,6 @@ impl<K, N> OpLog<K, N> {
             }
             held.push(node);
         }
-        drop(held);
         rec.edges = edges;
         recorder.capture.graph = Some(rec);
         Ok(())

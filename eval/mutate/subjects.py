@@ -1,0 +1,559 @@
+"""The originals: real models from third-party packages (tiny configs, random init, no downloads),
+each with a training loop that learns correctly, plus models of our own.
+
+A subject's model code is the package's own module, loaded from a copy in the mutant's folder
+under its real `__name__` (so relative imports resolve); mutations of model code edit that copy.
+The training script is written from the subject's `build`, its batch and loss (`compute_loss`,
+a helper mutations also reach) and one of several loop styles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Subject:
+    name: str
+    package: str  # where its model code comes from
+    target: str | None  # module whose source is mutated (None: the model is in the script)
+    build: str  # code defining `model` (M is the loaded target module)
+    data: str  # code defining make_batch(step) and compute_loss(model, batch)
+    loop: str = "plain"
+
+
+_TOKENS = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    ids = torch.randint(0, 100, (2, 12), generator=g)
+    mask = torch.ones(2, 12, dtype=torch.long)
+    labels = torch.randint(0, 3, (2,), generator=g)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def compute_loss(model, batch):
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    logits = out.logits
+    loss = F.cross_entropy(logits, batch["labels"])
+    return loss
+'''
+
+_TOKEN_TAGS = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    ids = torch.randint(0, 100, (2, 12), generator=g)
+    labels = torch.randint(0, 3, (2, 12), generator=g)
+    return {"input_ids": ids, "labels": labels}
+
+
+def compute_loss(model, batch):
+    logits = model(input_ids=batch["input_ids"]).logits
+    flat = logits.reshape(-1, logits.shape[-1])
+    loss = F.cross_entropy(flat, batch["labels"].reshape(-1))
+    return loss
+'''
+
+_LM = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return {"input_ids": torch.randint(0, 100, (2, 12), generator=g)}
+
+
+def compute_loss(model, batch):
+    ids = batch["input_ids"]
+    logits = model(input_ids=ids).logits
+    shifted = logits[:, :-1]
+    targets = ids[:, 1:]
+    loss = F.cross_entropy(shifted.reshape(-1, shifted.shape[-1]), targets.reshape(-1))
+    return loss
+'''
+
+_SEQ2SEQ = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    src = torch.randint(2, 100, (2, 10), generator=g)
+    tgt = torch.randint(2, 100, (2, 8), generator=g)
+    return {"src": src, "tgt": tgt}
+
+
+def compute_loss(model, batch):
+    dec_in = torch.cat([torch.zeros_like(batch["tgt"][:, :1]), batch["tgt"][:, :-1]], dim=1)
+    logits = model(input_ids=batch["src"], decoder_input_ids=dec_in).logits
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["tgt"].reshape(-1))
+    return loss
+'''
+
+_IMAGE_HF = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(2, 3, 32, 32, generator=g), torch.randint(0, 3, (2,), generator=g)
+
+
+def compute_loss(model, batch):
+    images, labels = batch
+    logits = model(pixel_values=images).logits
+    loss = F.cross_entropy(logits, labels)
+    return loss
+'''
+
+_IMAGE = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g)
+
+
+def compute_loss(model, batch):
+    images, labels = batch
+    logits = model(images)
+    loss = F.cross_entropy(logits, labels, label_smoothing=0.1)
+    return loss
+'''
+
+_AUDIO_HF = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(2, 800, generator=g), torch.randint(0, 3, (2,), generator=g)
+
+
+def compute_loss(model, batch):
+    wave, labels = batch
+    logits = model(input_values=wave).logits
+    loss = F.cross_entropy(logits, labels)
+    return loss
+'''
+
+_SEQ_TOKENS = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.randint(0, 50, (4, 10), generator=g), torch.randint(0, 50, (4, 10), generator=g)
+
+
+def compute_loss(model, batch):
+    src, tgt = batch
+    logits = model(src)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+    return loss
+'''
+
+_VECTORS = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(8, 6, generator=g)
+    return x, x.sum(dim=1, keepdim=True).sin()
+
+
+def compute_loss(model, batch):
+    x, y = batch
+    pred = model(x)
+    err = pred - y
+    loss = (err ** 2).mean()
+    return loss
+'''
+
+_ENERGY = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(8, 6, generator=g)
+    return x, -2 * x
+
+
+def compute_loss(model, batch):
+    x, forces = batch
+    x = x.clone().requires_grad_(True)
+    energy = model(x).sum()
+    (grad_x,) = torch.autograd.grad(energy, x, create_graph=True)
+    loss = F.mse_loss(-grad_x, forces)
+    return loss
+'''
+
+_OWN_MLP = '''
+class GatedMLP(nn.Module):
+    def __init__(self, d_in, d_hidden, d_out):
+        super().__init__()
+        self.inp = nn.Linear(d_in, d_hidden)
+        self.blocks = nn.ModuleList([nn.Linear(d_hidden, d_hidden) for _ in range(2)])
+        self.gate = nn.Parameter(torch.zeros(d_hidden))
+        self.scale = nn.Parameter(torch.ones(1))
+        self.out = nn.Linear(d_hidden, d_out)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        for block in self.blocks:
+            update = torch.relu(block(h))
+            h = h + torch.sigmoid(self.gate) * update
+        y = self.out(h)
+        y = y * self.scale
+        return y
+
+
+model = GatedMLP(6, 16, 1)
+'''
+
+_OWN_TOWERS = '''
+class Tower(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = self.proj(x)
+        h = self.norm(h)
+        return torch.nn.functional.gelu(h)
+
+
+class TwoTower(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.embed = nn.Linear(6, d)
+        self.towers = nn.ModuleDict({"left": Tower(d), "right": Tower(d)})
+        self.temperature = nn.Parameter(torch.tensor(1.0))
+        self.head = nn.Linear(2 * d, 1)
+
+    def forward(self, x):
+        e = self.embed(x)
+        left = self.towers["left"](e)
+        right = self.towers["right"](e)
+        both = torch.cat([left, right], dim=-1)
+        score = self.head(both)
+        score = score / self.temperature
+        return score
+
+
+model = TwoTower()
+'''
+
+_NN_TRANSFORMER = '''
+class Seq2Seq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 32)
+        self.core = M.Transformer(d_model=32, nhead=2, num_encoder_layers=2, num_decoder_layers=2,
+                                  dim_feedforward=64, dropout=0.1, batch_first=True)
+        self.head = nn.Linear(32, 50)
+
+    def forward(self, src):
+        x = self.embed(src)
+        mask = M.Transformer.generate_square_subsequent_mask(src.shape[1])
+        h = self.core(x, x, tgt_mask=mask, tgt_is_causal=True)
+        return self.head(h)
+
+
+model = Seq2Seq()
+'''
+
+_NN_LSTM = '''
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.rnn = M.LSTM(16, 32, num_layers=2, batch_first=True, dropout=0.1)
+        self.head = nn.Linear(32, 50)
+
+    def forward(self, src):
+        x = self.embed(src)
+        h, _ = self.rnn(x)
+        return self.head(h)
+
+
+model = LM()
+'''
+
+_NN_ENCODER = '''
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 32)
+        layer = M.TransformerEncoderLayer(32, 2, dim_feedforward=64, dropout=0.1, batch_first=True,
+                                          norm_first=True)
+        self.encoder = M.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 50)
+
+    def forward(self, src):
+        h = self.encoder(self.embed(src))
+        return self.head(h)
+
+
+model = Classifier()
+'''
+
+
+def _hf(cls, config):
+    return f"from transformers import {config.split('(')[0]}\nmodel = M.{cls}({config})\n"
+
+
+SUBJECTS = [
+    Subject(
+        "hf_bert_cls",
+        "transformers",
+        "transformers.models.bert.modeling_bert",
+        _hf(
+            "BertForSequenceClassification",
+            "BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, "
+            "vocab_size=100, max_position_embeddings=32, num_labels=3)",
+        ),
+        _TOKENS,
+        "accumulation",
+    ),
+    Subject(
+        "hf_bert_tags",
+        "transformers",
+        "transformers.models.bert.modeling_bert",
+        _hf(
+            "BertForTokenClassification",
+            "BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, "
+            "vocab_size=100, max_position_embeddings=32, num_labels=3)",
+        ),
+        _TOKEN_TAGS,
+    ),
+    Subject(
+        "hf_gpt2",
+        "transformers",
+        "transformers.models.gpt2.modeling_gpt2",
+        _hf("GPT2LMHeadModel", "GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=32)"),
+        _LM,
+        "amp",
+    ),
+    Subject(
+        "hf_llama",
+        "transformers",
+        "transformers.models.llama.modeling_llama",
+        _hf(
+            "LlamaForCausalLM",
+            "LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, "
+            "num_key_value_heads=1, vocab_size=100, max_position_embeddings=32)",
+        ),
+        _LM,
+    ),
+    Subject(
+        "hf_t5",
+        "transformers",
+        "transformers.models.t5.modeling_t5",
+        _hf(
+            "T5ForConditionalGeneration",
+            "T5Config(d_model=32, d_ff=64, d_kv=16, num_layers=2, num_heads=2, vocab_size=100, "
+            "decoder_start_token_id=0)",
+        ),
+        _SEQ2SEQ,
+    ),
+    Subject(
+        "hf_bart",
+        "transformers",
+        "transformers.models.bart.modeling_bart",
+        _hf(
+            "BartForConditionalGeneration",
+            "BartConfig(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, "
+            "decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=100, "
+            "max_position_embeddings=32)",
+        ),
+        _SEQ2SEQ,
+        "two_optimizers",
+    ),
+    Subject(
+        "hf_distilbert",
+        "transformers",
+        "transformers.models.distilbert.modeling_distilbert",
+        _hf(
+            "DistilBertForSequenceClassification",
+            "DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, vocab_size=100, "
+            "max_position_embeddings=32, num_labels=3)",
+        ),
+        _TOKENS,
+    ),
+    Subject(
+        "hf_vit",
+        "transformers",
+        "transformers.models.vit.modeling_vit",
+        _hf(
+            "ViTForImageClassification",
+            "ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, "
+            "intermediate_size=64, num_labels=3)",
+        ),
+        _IMAGE_HF,
+        "two_optimizers",
+    ),
+    Subject(
+        "hf_wav2vec2",
+        "transformers",
+        "transformers.models.wav2vec2.modeling_wav2vec2",
+        _hf(
+            "Wav2Vec2ForSequenceClassification",
+            "Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, "
+            "conv_dim=(32, 32), conv_kernel=(10, 3), conv_stride=(5, 2), num_conv_pos_embeddings=16, "
+            "num_conv_pos_embedding_groups=2, num_labels=3, layerdrop=0.1)",
+        ),
+        _AUDIO_HF,
+    ),
+    Subject(
+        "tv_resnet18",
+        "torchvision",
+        "torchvision.models.resnet",
+        "model = M.resnet18(num_classes=10)\n",
+        _IMAGE,
+        "accumulation",
+    ),
+    Subject(
+        "tv_mobilenet_v3",
+        "torchvision",
+        "torchvision.models.mobilenetv3",
+        "model = M.mobilenet_v3_small(num_classes=10)\n",
+        _IMAGE,
+    ),
+    Subject(
+        "tv_vit",
+        "torchvision",
+        "torchvision.models.vision_transformer",
+        "model = M.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, "
+        "mlp_dim=64, num_classes=10)\n",
+        _IMAGE,
+        "amp",
+    ),
+    Subject(
+        "tv_convnext",
+        "torchvision",
+        "torchvision.models.convnext",
+        "model = M.ConvNeXt([M.CNBlockConfig(16, 32, 1), M.CNBlockConfig(32, None, 1)], "
+        "stochastic_depth_prob=0.2, num_classes=10)\n",
+        _IMAGE,
+    ),
+    Subject(
+        "timm_vit",
+        "timm",
+        "timm.models.vision_transformer",
+        "model = M.VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, "
+        "num_classes=10, drop_path_rate=0.1)\n",
+        _IMAGE,
+    ),
+    Subject(
+        "timm_resnet",
+        "timm",
+        "timm.models.resnet",
+        "model = M.ResNet(block=M.BasicBlock, layers=[1, 1, 1, 1], num_classes=10)\n",
+        _IMAGE,
+        "two_optimizers",
+    ),
+    Subject(
+        "timm_mixer",
+        "timm",
+        "timm.models.mlp_mixer",
+        "model = M.MlpMixer(img_size=32, patch_size=8, num_blocks=2, embed_dim=32, num_classes=10)\n",
+        _IMAGE,
+    ),
+    Subject(
+        "timm_convnext",
+        "timm",
+        "timm.models.convnext",
+        "model = M.ConvNeXt(depths=(1, 1), dims=(16, 32), num_classes=10, drop_path_rate=0.1)\n",
+        _IMAGE,
+        "accumulation",
+    ),
+    Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),
+    Subject("nn_encoder", "torch", "torch.nn.modules.transformer", _NN_ENCODER, _SEQ_TOKENS, "amp"),
+    Subject("nn_lstm", "torch", "torch.nn.modules.rnn", _NN_LSTM, _SEQ_TOKENS),
+    Subject("own_gated_mlp", "own", None, _OWN_MLP, _VECTORS),
+    Subject("own_two_tower", "own", None, _OWN_TOWERS, _VECTORS, "accumulation"),
+    Subject("own_energy", "own", None, _OWN_MLP, _ENERGY),
+]
+
+
+LOOPS = {
+    "plain": '''
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+max_norm = 1.0
+model.train()
+for step in range(STEPS):
+    batch = make_batch(step)
+    loss = compute_loss(model, batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    print(f"step {step}: loss {loss.item():.4f}")
+''',
+    "accumulation": '''
+accumulate = 2
+max_norm = 1.0
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+model.train()
+optimizer.zero_grad()
+for i in range(STEPS * accumulate):
+    batch = make_batch(i)
+    loss = compute_loss(model, batch) / accumulate
+    loss.backward()
+    if (i + 1) % accumulate == 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        optimizer.zero_grad()
+''',
+    "amp": '''
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+max_norm = 1.0
+model.train()
+for step in range(STEPS):
+    batch = make_batch(step)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = compute_loss(model, batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+''',
+    "two_optimizers": '''
+head_names = {"classifier", "head", "fc", "lm_head", "score"}
+head_params = [p for n, p in model.named_parameters() if n.split(".")[0] in head_names]
+body_params = [p for n, p in model.named_parameters() if n.split(".")[0] not in head_names]
+optimizer = torch.optim.AdamW(body_params, lr=1e-4)
+head_optimizer = torch.optim.AdamW(head_params, lr=1e-3)
+max_norm = 1.0
+model.train()
+for step in range(STEPS):
+    batch = make_batch(step)
+    loss = compute_loss(model, batch)
+    optimizer.zero_grad()
+    head_optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    head_optimizer.step()
+''',
+}
+
+STEPS = 3
+
+
+def script(subject: Subject, target_file: str | None) -> str:
+    """The training script of a subject (the original; mutants edit it or the target copy)."""
+    head = [
+        '"""A training script written by the mutation harness (eval/mutate)."""',
+        "import importlib.util",
+        "import os",
+        "import sys",
+        "",
+        "import torch",
+        "import torch.nn as nn",
+        "import torch.nn.functional as F",
+        "",
+        f"STEPS = {STEPS}",
+        "torch.manual_seed(0)",
+        "",
+    ]
+    if subject.target:
+        parent = subject.target.rsplit(".", 1)[0]
+        head += [
+            f"import {parent}  # noqa: E402",
+            "",
+            "",
+            "def load_model_code(name, file):",
+            '    """The model code from a copy next to this script, under its real name."""',
+            "    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)",
+            "    spec = importlib.util.spec_from_file_location(name, path)",
+            "    module = importlib.util.module_from_spec(spec)",
+            "    sys.modules[name] = module",
+            "    spec.loader.exec_module(module)",
+            "    return module",
+            "",
+            "",
+            f'M = load_model_code("{subject.target}", "{target_file}")',
+        ]
+    body = subject.build.strip("\n") + "\n\n" + subject.data.strip("\n") + "\n"
+    return "\n".join(head) + "\n" + body + "\n" + LOOPS[subject.loop].lstrip("\n")

@@ -13,7 +13,7 @@ STAMP_CHROMIUM := .cache/.chromium-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.toml' -o -name '*.py' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: demo test build bench lint fmt clean
+.PHONY: demo test build bench lint fmt clean eval
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,10 @@ $(STAMP_DOT):
 
 bench: build $(STAMP_DOT) $(STAMP_CHROMIUM)
 	$(VPY) bench/run.py
+
+# The mutation corpus over third-party models (eval/mutate): the full table, per operator.
+eval: build
+	$(VPY) -m eval.mutate
 
 lint: build
 	cargo fmt --all -- --check

@@ -56,14 +56,14 @@ def test_diagnose_names_the_unregistered_heads_and_leaves_the_model_untouched():
     cats = {f["category"]: f for f in report.findings}
     assert "unregistered" in cats
     assert set(cats["unregistered"]["params"]) == {
-        "heads[0].weight",
-        "heads[0].bias",
-        "heads[1].weight",
-        "heads[1].bias",
+        "heads.0.weight",
+        "heads.0.bias",
+        "heads.1.weight",
+        "heads.1.bias",
     }
     assert cats["unregistered"]["location"]["line"] > 0
     assert report.status("encoder.conv.weight") == "learning"
-    assert report.status("heads[1].bias") == "unregistered"
+    assert report.status("heads.1.bias") == "unregistered"
     assert report.steps_observed == 2
     # restore=True: diagnosing did not train the model, nor move BatchNorm statistics.
     for n, t in model.state_dict().items():

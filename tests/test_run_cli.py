@@ -65,8 +65,8 @@ def test_json_report_is_valid_against_the_schema(write_script, tmp_path):
     assert rows["body.weight"]["status"] == "learning"
     assert len(rows["body.weight"]["grad_norm"]) == 3
     assert all(u is not None and u > 0 for u in rows["body.weight"]["update_norm"])
-    assert rows["heads[0].weight"]["status"] == "unregistered"
-    assert rows["heads[0].weight"]["in_optimizer"] is False
+    assert rows["heads.0.weight"]["status"] == "unregistered"
+    assert rows["heads.0.weight"]["in_optimizer"] is False
 
 
 def test_fail_on_controls_the_exit_code(write_script, tmp_path):

@@ -15,7 +15,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.mutate")
     ap.add_argument("--only", help="subjects, comma-separated")
     ap.add_argument("--sites", type=int, default=SITES_PER_OPERATOR, help="sites per operator and subject")
-    ap.add_argument("--sample", type=int, help="score only this many valid mutants (spread evenly)")
+    ap.add_argument("--sample", type=int, help="only this many mutants (spread over subjects and operators)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--misses", type=int, default=3, help="worst misses shown per operator")

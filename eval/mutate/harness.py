@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from . import operators as ops
-from .subjects import SUBJECTS, Subject, script
+from .subjects import Subject, script
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "mutate"
@@ -117,7 +117,7 @@ def run_all(tasks, jobs):
         if pid == 0:
             time.sleep(0.02)
             now = time.time()
-            for p, (task, start) in list(running.items()):
+            for p, (_task, start) in list(running.items()):
                 if now - start > TIMEOUT:
                     os.kill(p, signal.SIGKILL)
             continue
@@ -252,42 +252,49 @@ def code_sites_for(tree, covered, fname):
     return sites
 
 
-def build(subjects, per_op, jobs):
+def build(subjects, per_op, jobs, sample=None):
+    """Originals and their mutants, with the oracle's verdicts. `sample`: only every k-th
+    mutant (spread evenly over subjects and operators), for the quick check in `make test`."""
     origs = originals(subjects, jobs)
     tasks = []
     mutants = []
+    made = []
     for s in subjects:
         folder = origs[s.name]
         if not (folder / "oracle.json").exists():
-            print(f"  {s.name}: the original did not run (see {folder}/stderr.txt)", file=sys.stderr)
             continue
-        base_meta = json.loads((folder / "meta.json").read_text())
         counts = {}
         for m in mutants_of(s, folder, per_op):
             i = counts.get(m.operator, 0)
             counts[m.operator] = i + 1
-            mfolder = CACHE / "mutants" / f"{s.name}__{m.operator}__{i}"
-            files = {}
-            if base_meta["target_file"]:
-                files[base_meta["target_file"]] = (folder / base_meta["target_file"]).read_text()
-            files["train.py"] = (folder / "train.py").read_text()
-            files[m.file] = m.source
-            meta = {
-                "subject": s.name,
-                "package": s.package,
-                "operator": m.operator,
-                "category": m.category,
-                "file": m.file,
-                "lines": m.lines,
-                "related": m.related,
-                "site": m.site,
-                "expect_error": m.expect_error,
-                "third_party": m.file != "train.py",
-                "target_file": base_meta["target_file"],
-            }
-            if _write(mfolder, files, meta) or not (mfolder / "oracle.json").exists():
-                tasks.append(("oracle", mfolder))
-            mutants.append(mfolder)
+            made.append((s, m, i))
+    if sample:
+        made = _spread(made, sample)
+    for s, m, i in made:
+        folder = origs[s.name]
+        base_meta = json.loads((folder / "meta.json").read_text())
+        mfolder = CACHE / "mutants" / f"{s.name}__{m.operator}__{i}"
+        files = {}
+        if base_meta["target_file"]:
+            files[base_meta["target_file"]] = (folder / base_meta["target_file"]).read_text()
+        files["train.py"] = (folder / "train.py").read_text()
+        files[m.file] = m.source
+        meta = {
+            "subject": s.name,
+            "package": s.package,
+            "operator": m.operator,
+            "category": m.category,
+            "file": m.file,
+            "lines": m.lines,
+            "related": m.related,
+            "site": m.site,
+            "expect_error": m.expect_error,
+            "third_party": m.file != "train.py",
+            "target_file": base_meta["target_file"],
+        }
+        if _write(mfolder, files, meta) or not (mfolder / "oracle.json").exists():
+            tasks.append(("oracle", mfolder))
+        mutants.append(mfolder)
     print(f"  oracle: {len(tasks)} of {len(mutants)} mutants to run", file=sys.stderr)
     run_all(tasks, jobs)
     return origs, mutants
@@ -310,7 +317,8 @@ def truth(mfolder: Path, origs) -> dict:
         if s != "ok" and base["params"].get(n) == "ok"
     )
     if err:
-        if meta["expect_error"] and err["type"] == "RuntimeError":
+        want = ops.OPERATORS[meta["operator"]].error
+        if want and err["type"] == "RuntimeError" and want in err["message"]:
             return {"status": "valid", "params": lost, "error": err}
         return {"status": "broken", "why": f"{err['type']}: {err['message'][:120]}"}
     if not lost:
@@ -331,19 +339,22 @@ def run_gradsleuth(folders, jobs):
     run_all(tasks, jobs)
     for _, f in tasks:
         if (f / "capture.json").exists():
+            # From the run's folder, as `gradsleuth run` would: the capture's paths are relative.
             p = subprocess.run(
-                [str(GRADSLEUTH), "report", "--format", "json", str(f / "capture.json")],
+                [str(GRADSLEUTH), "report", "--format", "json", "capture.json"],
                 capture_output=True,
                 text=True,
+                cwd=f,
             )
             (f / "report.json").write_text(p.stdout)
         (f / "run.key").write_text(key)
     for f in folders:
         if _stale(f, "lint", key):
             p = subprocess.run(
-                [str(GRADSLEUTH), "lint", "--isolated", "--format", "json", str(f)],
+                [str(GRADSLEUTH), "lint", "--isolated", "--format", "json", "."],
                 capture_output=True,
                 text=True,
+                cwd=f,
             )
             (f / "lint.json").write_text(p.stdout)
             (f / "lint.key").write_text(key)
@@ -407,11 +418,12 @@ def score_lint(meta, findings):
 def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=False):
     t0 = time.time()
     warm(subjects)
-    origs, mutants = build(subjects, per_op, jobs)
+    origs, mutants = build(subjects, per_op, jobs, sample)
+    for s in subjects:
+        if not (origs[s.name] / "oracle.json").exists():
+            print(f"  {s.name}: the original did not run (see {origs[s.name]}/stderr.txt)", file=sys.stderr)
     truths = {m: truth(m, origs) for m in mutants}
     valid = [m for m in mutants if truths[m]["status"] == "valid"]
-    if sample:
-        valid = _spread(sorted(valid), sample)
     run_gradsleuth(list(origs.values()) + valid, jobs)
     rows = []
     for m in valid:

@@ -38,6 +38,8 @@ class Operator:
     kind: str  # "code", "init", "loop"
     expect_error: bool = False
     static: bool = True  # visible to lint without running
+    # For operators whose bug is an exception: what torch says (anything else is unrelated).
+    error: str | None = None
 
 
 OPERATORS = {
@@ -46,7 +48,7 @@ OPERATORS = {
         Operator("detach", "detach", "code"),
         Operator("data", "data_attr", "code"),
         Operator("no_grad", "no_grad", "code"),
-        Operator("inference_mode", "no_grad", "code", expect_error=True),
+        Operator("inference_mode", "no_grad", "code", expect_error=True, error="Inference tensors"),
         Operator("set_grad_enabled", "no_grad", "code"),
         Operator("rewrap", "rewrap", "code"),
         Operator("tolist", "numpy_roundtrip", "code"),
@@ -55,7 +57,9 @@ OPERATORS = {
         Operator("argmax", "non_differentiable", "code", static=False),
         Operator("int_cast", "non_differentiable", "code", static=False),
         Operator("unused_output", "unused", "code", static=False),
-        Operator("inplace_saved", "inplace_saved", "code", expect_error=True, static=False),
+        Operator(
+            "inplace_saved", "inplace_saved", "code", expect_error=True, static=False, error="modified by an inplace"
+        ),
         Operator("module_list", "unregistered", "init"),
         Operator("param_buffer", "buffer_not_param", "init"),
         Operator("plain_buffer", "buffer_not_param", "init", static=False),
@@ -66,11 +70,11 @@ OPERATORS = {
         Operator("zero_grad_order", "zero_grad_order", "loop"),
         Operator("clip_zero", "grad_clip", "loop"),
         Operator("hook_zero", "grad_hook", "loop"),
-        Operator("freeze_filter", "frozen", "loop"),
+        Operator("freeze_filter", "frozen", "loop", error="does not require grad"),
         Operator("loss_rewrap", "loss_rewrap", "loop"),
-        Operator("stale_tensor", "stale_tensor", "loop", expect_error=True),
-        Operator("inplace_leaf", "inplace_leaf", "loop", expect_error=True),
-        Operator("create_graph", "create_graph", "loop", expect_error=True),
+        Operator("stale_tensor", "stale_tensor", "loop", expect_error=True, error="a second time"),
+        Operator("inplace_leaf", "inplace_leaf", "loop", expect_error=True, error="leaf Variable that requires grad"),
+        Operator("create_graph", "create_graph", "loop", expect_error=True, error="does not require grad"),
     ]
 }
 
@@ -209,7 +213,8 @@ def _tensorish(value: ast.expr) -> bool:
     if isinstance(value, ast.BinOp):
         return _tensorish(value.left) or _tensorish(value.right)
     if isinstance(value, ast.Subscript):
-        return isinstance(value.value, (ast.Call, ast.Name, ast.Attribute)) and not isinstance(value.slice, ast.Constant)
+        indexed = isinstance(value.value, (ast.Call, ast.Name, ast.Attribute))
+        return indexed and not isinstance(value.slice, ast.Constant)
     return False
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import runpy
 import sys
 import traceback
 
@@ -168,7 +167,6 @@ class Oracle:
             self.before.setdefault(k, p.detach().clone())
 
     def step_post(self, opt):
-        import torch
 
         if self.step >= self.steps:
             return

@@ -45,7 +45,8 @@ def render(result, misses=3):
         f"{result['seconds']} s"
     )
     lines.append("")
-    hdr = f"{'operator':<26}{'category':<20}{'n':>4} {'flagged':>7} {'categ':>7} {'params':>7} {'line':>7} {'RUN':>7} {'LINT':>7}"
+    cols = ("flagged", "categ", "params", "line", "RUN", "LINT")
+    hdr = f"{'operator':<26}{'category':<20}{'n':>4} " + " ".join(f"{c:>7}" for c in cols)
     lines.append(hdr)
     lines.append("-" * len(hdr))
     tot = defaultdict(int)

@@ -154,6 +154,7 @@ class Tracer:
         self.done = False
         self._handles: list = []
         self._patches: list = []
+        self._unpatch: list = []
         self._keys: dict[int, int] = {}
         self._objs: dict[int, weakref.ref] = {}
         self._next_key = 0
@@ -225,7 +226,47 @@ class Tracer:
         self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))
         self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
         self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
+        self._watch_freezing()
         return self
+
+    def _watch_freezing(self):
+        """Where parameters get frozen: `nn.Parameter` gets a `requires_grad` property (torch's
+        own descriptor underneath) and a `requires_grad_` wrapper (which `Module.requires_grad_`
+        calls) until the observation ends, so a frozen parameter is located at the line that
+        froze it, not at the optimizer or the layer's definition."""
+        base = next((c.__dict__["requires_grad"] for c in torch.Tensor.__mro__ if "requires_grad" in c.__dict__), None)
+        if base is None or "requires_grad" in nn.Parameter.__dict__:
+            return
+        tracer = self
+
+        def record(t, value, frame):
+            try:
+                if value:
+                    tracer.rec.unfrozen(tracer.key(t))
+                else:
+                    tracer.rec.frozen_at(tracer.key(t), site_of(frame))
+            except Exception as e:  # noqa: BLE001 - freezing must never fail because of us
+                tracer.rec.note(f"requires_grad: {e}")
+
+        def get(t):
+            return base.__get__(t)
+
+        def set_(t, value):
+            base.__set__(t, value)
+            if tracer.active and isinstance(value, bool):
+                record(t, value, sys._getframe(1))
+
+        original = torch.Tensor.requires_grad_
+
+        def requires_grad_(t, requires_grad=True):
+            out = original(t, requires_grad)
+            if tracer.active:
+                record(t, bool(requires_grad), sys._getframe(1))
+            return out
+
+        nn.Parameter.requires_grad = property(get, set_, doc=base.__doc__)  # type: ignore[assignment]
+        nn.Parameter.requires_grad_ = requires_grad_  # type: ignore[method-assign]
+        self._unpatch.append(lambda: (delattr(nn.Parameter, "requires_grad"), delattr(nn.Parameter, "requires_grad_")))
 
     def _patch(self, owner, name, make):
         original = owner.__dict__.get(name, getattr(owner, name, None))
@@ -259,6 +300,12 @@ class Tracer:
         for owner, name, original in reversed(self._patches):
             setattr(owner, name, original)
         self._patches.clear()
+        for undo in reversed(self._unpatch):
+            try:
+                undo()
+            except Exception:  # noqa: BLE001
+                pass
+        self._unpatch.clear()
         try:
             self._final_scan()
         except Exception as e:  # noqa: BLE001
@@ -519,7 +566,9 @@ class Tracer:
             elif isinstance(value, (list, tuple, dict)):
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for i, item in list(items)[:1000]:
-                    label = f"{attr}[{i!r}]" if isinstance(value, dict) else f"{attr}[{i}]"
+                    # Named as `named_parameters()` will name them once registered
+                    # (`nn.ModuleList` / `nn.ModuleDict`): `heads.0`, `experts.short`.
+                    label = f"{attr}.{i}"
                     if isinstance(item, nn.Module):
                         if id(item) in names:
                             continue  # an alias of a registered module
@@ -801,15 +850,26 @@ class Tracer:
                 return original(tensor, hook)
             site = site_of(sys._getframe(1))
             tref = weakref.ref(tensor)
+            tensor_id = tracer.key(tensor)
 
             def observed(grad, _hook=hook):
                 out = _hook(grad)
-                if tracer.active and isinstance(out, torch.Tensor) and (("grad_hook", site) not in tracer._said):
+                # Judged once per tensor: a hook registered in a loop over parameters is one
+                # cause (the Recorder joins the reports of one line) naming every tensor.
+                gate = ("grad_hook", site, tensor_id)
+                if tracer.active and isinstance(out, torch.Tensor) and gate not in tracer._said:
+                    tracer._said.add(gate)
                     try:
                         if not bool(out.any()) and bool(grad.any()):
                             t = tref()
                             keys = tracer._keys_upstream(t) if t is not None else []
-                            tracer._say_once("grad_hook", site, "register_hook", keys)
+                            tracer.rec.add_cut(
+                                kind="grad_hook",
+                                op="register_hook",
+                                site=site,
+                                params=keys,
+                                step=tracer._step_number(),
+                            )
                     except Exception as e:  # noqa: BLE001
                         tracer.rec.note(f"hook: {e}")
                 return out

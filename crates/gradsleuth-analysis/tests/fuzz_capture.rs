@@ -84,6 +84,7 @@ fn tensor() -> impl Strategy<Value = TensorRec> {
             grad_fn_chain: vec!["MulBackward0".into()],
             leaf: hidden,
             local_numel: if k % 5 == 0 { Some(k % 3) } else { None },
+            frozen_at: None,
             assigned_at: None,
         })
 }

@@ -88,6 +88,8 @@ pub struct Recorder {
     orphan_groups: HashMap<OrphanSite, u64>,
     /// Each group's prefix for its parameters' names (`Linear@train.py:31`).
     orphan_prefixes: HashMap<u64, String>,
+    /// Where each tensor's `requires_grad` was set to False (tensors not recorded yet included).
+    frozen: HashMap<u64, Location>,
 }
 
 impl Recorder {
@@ -105,6 +107,7 @@ impl Recorder {
             modules: HashMap::new(),
             tensors: HashMap::new(),
             optimizers: HashMap::new(),
+            frozen: HashMap::new(),
             current_backward: None,
             source: SourceCache::new(),
             cwd: std::env::current_dir().ok(),
@@ -339,6 +342,7 @@ impl Recorder {
             leaf: t.leaf,
             assigned_at: None,
             local_numel: None,
+            frozen_at: self.frozen.get(&t.key).cloned(),
         };
         match self.tensors.get(&t.key) {
             Some(&i) => self.capture.tensors[i] = rec,
@@ -508,6 +512,21 @@ impl Recorder {
                 }]
             })
             .unwrap_or_default();
+        // One cause at one line is one cut: a hook registered in a loop over parameters, or
+        // a clip call, reports each tensor it touches, and they join the first report.
+        if let Some(c) = self
+            .capture
+            .cuts
+            .iter_mut()
+            .find(|c| c.kind == kind && location.is_some() && c.location == location)
+        {
+            for p in params {
+                if !c.params.contains(&p) {
+                    c.params.push(p);
+                }
+            }
+            return;
+        }
         self.capture.cuts.push(CutRec {
             kind,
             op,
@@ -517,6 +536,35 @@ impl Recorder {
             chain: Vec::new(),
             step,
         });
+    }
+
+    /// Where a tensor's `requires_grad` was last set to False (`p.requires_grad = False`,
+    /// `requires_grad_(False)`, `module.requires_grad_(False)`): the line a freeze comes from.
+    pub fn frozen_at(&mut self, key: u64, site: &At) {
+        let loc = self.loc(site);
+        match loc {
+            Some(l) => {
+                self.frozen.insert(key, l);
+            }
+            None => {
+                self.frozen.remove(&key);
+            }
+        }
+        self.apply_frozen(key);
+    }
+
+    /// `requires_grad` set back to True: the tensor is no longer frozen by that line.
+    pub fn unfrozen(&mut self, key: u64) {
+        self.frozen.remove(&key);
+        if let Some(&i) = self.tensors.get(&key) {
+            self.capture.tensors[i].frozen_at = None;
+        }
+    }
+
+    fn apply_frozen(&mut self, key: u64) {
+        if let (Some(&i), Some(l)) = (self.tensors.get(&key), self.frozen.get(&key)) {
+            self.capture.tensors[i].frozen_at = Some(l.clone());
+        }
     }
 
     /// Whether each tensor changed between before the first observed step and the end of

@@ -42,6 +42,9 @@ pub struct Checker<'a> {
     replacing: Vec<(String, usize, String)>,
     /// Enclosing classes: (name, is an nn.Module subclass).
     classes: Vec<(String, bool)>,
+    /// Per enclosing class: does it build parameters or submodules into `self` (or is that
+    /// unknown: no `__init__` of its own)?
+    holds: Vec<bool>,
     /// Enclosing function names.
     functions: Vec<String>,
 }
@@ -99,6 +102,7 @@ impl<'a> Checker<'a> {
             forward_helpers: HashSet::new(),
             replacing: Vec::new(),
             classes: Vec::new(),
+            holds: Vec::new(),
             functions: Vec::new(),
         }
     }
@@ -209,6 +213,11 @@ impl<'a> Checker<'a> {
         self.module_classes.contains(name)
     }
 
+    /// The enclosing class builds parameters or submodules into `self` (true when unknown).
+    pub fn class_holds_parameters(&self) -> bool {
+        self.holds.last().copied().unwrap_or(true)
+    }
+
     /// Inside a class that subclasses `nn.Module`.
     pub fn in_module_class(&self) -> bool {
         self.classes.last().is_some_and(|(_, m)| *m)
@@ -236,7 +245,7 @@ impl<'a> Checker<'a> {
         let functional = name.contains(".functional.")
             || name.starts_with("nn.init")
             || name.starts_with("nn.utils");
-        (nn && !functional && last != "Parameter" && !last.ends_with("Error"))
+        (nn && !functional && last != "Parameter" && last != "Buffer" && !last.ends_with("Error"))
             || self.module_classes.contains(&name)
             || self.module_factories.contains(&name)
     }
@@ -327,10 +336,20 @@ impl<'a> Visitor<'a> for Checker<'a> {
             Stmt::ClassDef(c) => {
                 let is_module = self.module_classes.contains(c.name.id.as_str());
                 self.classes.push((c.name.id.to_string(), is_module));
+                let mut attrs = HashSet::new();
+                let mut has_init = false;
+                for s in &c.body {
+                    if let Stmt::FunctionDef(f) = s {
+                        has_init |= f.name.id.as_str() == "__init__";
+                        crate::flow::collect_self_modules(self, &f.body, &mut attrs);
+                    }
+                }
+                self.holds.push(!has_init || !attrs.is_empty());
                 let saved = std::mem::replace(&mut self.forward_helpers, forward_helpers(c));
                 visitor::walk_stmt(self, stmt);
                 self.forward_helpers = saved;
                 self.classes.pop();
+                self.holds.pop();
                 return;
             }
             Stmt::FunctionDef(f) => {

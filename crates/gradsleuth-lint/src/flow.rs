@@ -859,7 +859,7 @@ fn param_names(p: &Parameters) -> Vec<String> {
 }
 
 /// `self.X = <module or parameter>` anywhere in a method body.
-fn collect_self_modules(ck: &Checker, body: &[Stmt], out: &mut HashSet<String>) {
+pub(crate) fn collect_self_modules(ck: &Checker, body: &[Stmt], out: &mut HashSet<String>) {
     struct Collect<'x, 'y> {
         ck: &'x Checker<'y>,
         out: &'x mut HashSet<String>,

@@ -435,6 +435,9 @@ pub struct TensorRec {
     /// so this rank cannot judge it (the ranks holding its shards do).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_numel: Option<u64>,
+    /// Where its `requires_grad` was last set to False, when observed (the freeze's line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen_at: Option<Location>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

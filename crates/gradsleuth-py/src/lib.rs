@@ -173,6 +173,16 @@ impl Recorder {
         self.inner.module_site(key, &at(site));
     }
 
+    /// Where a tensor's `requires_grad` was set to False (the freeze's line).
+    fn frozen_at(&mut self, key: u64, site: Loc3) {
+        self.inner.frozen_at(key, &at(site));
+    }
+
+    /// A tensor's `requires_grad` set back to True.
+    fn unfrozen(&mut self, key: u64) {
+        self.inner.unfrozen(key);
+    }
+
     /// Stores the watch monitors' records (one per optimizer) in the capture (the command
     /// becomes `watch`).
     fn set_watch(&mut self, watchers: Vec<PyRefMut<'_, watch::Watcher>>) {

@@ -497,7 +497,7 @@ mod tests {
         let mut r = Report::new("run");
         r.steps_observed = Some(3);
         r.parameters.push(ParamRow {
-            name: "heads[0].weight".into(),
+            name: "heads.0.weight".into(),
             shape: vec![10, 64],
             status: ParamStatus::Unregistered,
             in_optimizer: Some(false),
@@ -514,7 +514,7 @@ mod tests {
             Severity::Error,
             "not registered",
         )
-        .params(["heads[0].weight".to_string()])
+        .params(["heads.0.weight".to_string()])
         .at(Some(loc))
         .fix("use nn.ModuleList")]);
         r
@@ -534,7 +534,7 @@ mod tests {
         assert!(t.contains("14 |         self.heads = [nn.Linear(64, 10)]"));
         assert!(t.contains("   |         ^^^^"));
         assert!(t.contains("= fix: use nn.ModuleList"));
-        assert!(t.contains("heads[0].weight  [10, 64]"));
+        assert!(t.contains("heads.0.weight  [10, 64]"));
         assert!(t.contains("5.00e-1 — 0"));
         assert!(!t.contains('\x1b'), "no colour unless asked");
         assert!(text(

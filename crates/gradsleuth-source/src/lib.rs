@@ -157,6 +157,38 @@ impl SourceCache {
         None
     }
 
+    /// A random draw that decides whether `line` runs (LayerDrop, stochastic depth): going up
+    /// from `line` to its function's `def`, the nearest line that draws a random number or
+    /// names a skip rate (`torch.rand`, `random.random()`, `bernoulli`, `layerdrop`,
+    /// `drop_path`, `stochastic_depth`).
+    pub fn random_gate(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let def = enclosing(lines, line).find(|&i| {
+            let t = lines[i].trim_start();
+            t.starts_with("def ") || t.starts_with("async def ")
+        })?;
+        let draws = |l: &str| {
+            let l = strip_comment(l).to_ascii_lowercase();
+            [
+                "rand(",
+                "rand([",
+                "random()",
+                "uniform(",
+                "bernoulli",
+                "layerdrop",
+                "layer_drop",
+                "drop_path",
+                "stochastic_depth",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        };
+        (def..(line as usize).min(lines.len()))
+            .rev()
+            .find(|&i| draws(&lines[i]))
+            .map(|i| i as u32 + 1)
+    }
+
     /// A location with its snippet and the column of the first non-blank character.
     pub fn location(&mut self, file: &str, line: u32) -> Location {
         let mut loc = Location::new(file, line);

@@ -59,6 +59,8 @@ fn run(ctx: &Context) -> Vec<Finding> {
         };
         let are = if names.len() == 1 { "is" } else { "are" };
         let loc = modules.first().and_then(|m| module_assignment(ctx, m));
+        // The line that froze them, when the run saw it: where the fix belongs.
+        let froze = freeze_site(ctx, &keys);
         ctx.claim(keys.iter().copied());
         let finding = if is_held {
             let opt = ctx
@@ -66,17 +68,35 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 .get(keys[0])
                 .and_then(|f| f.optimizers.first().copied())
                 .and_then(|o| ctx.capture.optimizer(o));
-            CHECK.finding(Severity::Warning,
+            let opt_loc = opt.and_then(|o| ctx.locate(o.created_at.as_ref()));
+            let (at, related) = match froze.clone() {
+                Some(f) => (
+                    Some(f),
+                    vec![
+                        (opt_loc, "the optimizer that still holds them"),
+                        (loc, "the first frozen module"),
+                    ],
+                ),
+                None => (
+                    opt_loc.or(loc.clone()),
+                    vec![(loc, "the first frozen module")],
+                ),
+            };
+            let mut f = CHECK.finding(Severity::Warning,
                 format!("{what} {are} frozen (requires_grad=False) but the optimizer still holds them: it will never update them."),
             )
-            .at(opt.and_then(|o| ctx.locate(o.created_at.as_ref())).or(loc.clone()))
-            .related(loc, "the first frozen module")
+            .at(at);
+            for (l, m) in related {
+                f = f.related(l, m);
+            }
+            f
             .fix("If they should train, unfreeze them (`p.requires_grad_(True)`) before building the optimizer; if the freeze is intended, build the optimizer from `[p for p in model.parameters() if p.requires_grad]`.")
         } else if trainable == 0 {
             CHECK.finding(if any_optimizer || !ctx.capture.backwards.is_empty() { Severity::Error } else { Severity::Warning },
                 format!("Every parameter is frozen ({what}): nothing in the model can learn."),
             )
-            .at(loc)
+            .at(froze.clone().or(loc.clone()))
+            .related(if froze.is_some() { loc.clone() } else { None }, "the first frozen module")
             .fix("Unfreeze the parameters that should train: `for p in model.head.parameters(): p.requires_grad_(True)`.")
         } else {
             CHECK
@@ -86,11 +106,29 @@ fn run(ctx: &Context) -> Vec<Finding> {
                         "{what} {are} frozen and left out of the optimizer (deliberate freezing)."
                     ),
                 )
-                .at(loc)
+                .at(froze.or(loc))
         };
         out.push(finding.params(names));
     }
     out
+}
+
+/// The line that froze most of `keys` (where `requires_grad` was set to False), if seen.
+fn freeze_site(ctx: &Context, keys: &[u64]) -> Option<gradsleuth_model::Location> {
+    let mut counts: Vec<(&gradsleuth_model::Location, usize)> = Vec::new();
+    for k in keys {
+        if let Some(l) = ctx.facts.rec(*k).and_then(|t| t.frozen_at.as_ref()) {
+            match counts
+                .iter_mut()
+                .find(|(c, _)| c.file == l.file && c.line == l.line)
+            {
+                Some((_, n)) => *n += 1,
+                None => counts.push((l, 1)),
+            }
+        }
+    }
+    let best = counts.iter().max_by_key(|(_, n)| *n).map(|(l, _)| *l)?;
+    ctx.locate(Some(best))
 }
 
 #[cfg(test)]

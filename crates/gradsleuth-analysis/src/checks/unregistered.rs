@@ -126,11 +126,7 @@ fn fix_for(
             if rhs.is_empty() { "..." } else { rhs }
         );
     }
-    let is_dict = rhs.starts_with('{')
-        || rhs.starts_with("dict(")
-        || tensors
-            .iter()
-            .any(|t| t.name.contains("[\"") || t.name.contains("['"));
+    let is_dict = rhs.starts_with('{') || rhs.starts_with("dict(");
     let wrapper = match (modules, is_dict) {
         (true, true) => "nn.ModuleDict",
         (true, false) => "nn.ModuleList",
@@ -156,9 +152,9 @@ mod tests {
         s.capture.modules[0].class_def = Some(gradsleuth_model::Location::new(file, 1));
         s.module(3, "Linear", "heads[0]", Some(1), ModuleKind::Container, 2)
             .attr = "heads[0]".into();
-        s.tensor(20, "heads[0].weight", 1, TensorKind::Container)
-            .attr = "heads[0].weight".into();
-        s.tensor(21, "heads[0].bias", 1, TensorKind::Container).attr = "heads[0].bias".into();
+        s.tensor(20, "heads.0.weight", 1, TensorKind::Container)
+            .attr = "heads.0.weight".into();
+        s.tensor(21, "heads.0.bias", 1, TensorKind::Container).attr = "heads.0.bias".into();
         s.capture.backwards[0].reached.extend([20, 21]);
         if optimized {
             s.capture.optimizers[0].params.extend([20, 21]);
@@ -171,7 +167,7 @@ mod tests {
         let f = with_heads(false).run(&CHECK);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Error);
-        assert_eq!(f[0].params, vec!["heads[0].weight", "heads[0].bias"]);
+        assert_eq!(f[0].params, vec!["heads.0.weight", "heads.0.bias"]);
         assert_eq!(f[0].location.as_ref().unwrap().line, 5);
         assert!(f[0]
             .fix

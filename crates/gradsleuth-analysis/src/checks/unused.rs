@@ -34,13 +34,56 @@ fn top_not_run<'c>(ctx: &'c Context, m: &'c ModuleRec) -> &'c ModuleRec {
     let mut top = m;
     let mut guard = 0;
     while let Some(p) = top.parent.and_then(|p| ctx.capture.module(p)) {
-        if p.runs > 0 || guard > 1000 {
+        // A container (ModuleList) never runs itself: it did not "run" only if none of its
+        // children did.
+        if p.runs > 0
+            || guard > 1000
+            || ctx
+                .capture
+                .modules
+                .iter()
+                .any(|c| c.parent == Some(p.key) && c.runs > 0)
+        {
             break;
         }
         top = p;
         guard += 1;
     }
     top
+}
+
+/// The highest ancestor of `m` (below its root) that ran exactly as often: a layer skipped
+/// as a whole is one group, not one per submodule.
+fn top_same_runs<'c>(ctx: &'c Context, m: &'c ModuleRec) -> &'c ModuleRec {
+    let mut top = m;
+    let mut guard = 0;
+    while let Some(p) = top.parent.and_then(|p| ctx.capture.module(p)) {
+        if p.runs != m.runs || Some(p.key) == m.root || guard > 1000 {
+            break;
+        }
+        top = p;
+        guard += 1;
+    }
+    top
+}
+
+/// The random draw that skips `m` at its call site, when there is one.
+fn random_gate(ctx: &Context, m: &ModuleRec) -> Option<gradsleuth_model::Location> {
+    let call = m.first_call.as_ref()?;
+    let line = ctx.source.borrow_mut().random_gate(&call.file, call.line)?;
+    let loc = ctx.source.borrow_mut().location(&call.file, line);
+    ctx.locate(Some(&loc))
+}
+
+/// For a module that never ran: the random gate of a sibling of its class (same parent) that
+/// ran sometimes. Under LayerDrop a layer can be skipped in every observed step.
+fn sibling_gate(ctx: &Context, m: &ModuleRec) -> Option<gradsleuth_model::Location> {
+    let parent = m.parent?;
+    ctx.capture
+        .modules
+        .iter()
+        .filter(|s| s.parent == Some(parent) && s.class == m.class && s.key != m.key && s.runs > 0)
+        .find_map(|s| random_gate(ctx, s))
 }
 
 /// Does the module's class read `self.<attr>` anywhere other than where it assigns it?
@@ -92,7 +135,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 .or_default()
                 .push(t.key);
         } else if m.runs < total && m.runs > 0 && m.key != m.root.unwrap_or(0) {
-            sometimes.entry(m.key).or_default().push(t.key);
+            sometimes
+                .entry(top_same_runs(ctx, m).key)
+                .or_default()
+                .push(t.key);
         } else if m.runs > 0
             && !f.reached()
             && !f.grad_nonzero()
@@ -104,10 +150,16 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 .push(t.key);
         }
     }
+    // Skipped at random by design (LayerDrop): one info for all of them.
+    let mut random: Vec<(&ModuleRec, Vec<u64>, gradsleuth_model::Location)> = Vec::new();
     for (mk, keys) in never {
         let Some(m) = ctx.capture.module(mk) else {
             continue;
         };
+        if let Some(gate) = sibling_gate(ctx, m) {
+            random.push((m, keys, gate));
+            continue;
+        }
         let root = m.root.and_then(|r| ctx.capture.module(r));
         let names = super::names(ctx, &keys);
         let total = root_runs(ctx, m);
@@ -141,6 +193,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let Some(m) = ctx.capture.module(mk) else {
             continue;
         };
+        if let Some(gate) = random_gate(ctx, m) {
+            random.push((m, keys, gate));
+            continue;
+        }
         let names = super::names(ctx, &keys);
         let total = root_runs(ctx, m);
         ctx.claim(keys.iter().copied());
@@ -151,6 +207,39 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .params(names)
             .at(module_assignment(ctx, m))
             .fix("If the branch is meant to be conditional, this is expected (under DDP use `find_unused_parameters=True`); otherwise check the condition that skips it."),
+        );
+    }
+    if let Some((first, _, gate)) = random.first() {
+        let keys: Vec<u64> = random
+            .iter()
+            .flat_map(|(_, k, _)| k.iter().copied())
+            .collect();
+        let names = super::names(ctx, &keys);
+        ctx.claim(keys.iter().copied());
+        let shown: Vec<String> = random
+            .iter()
+            .take(4)
+            .map(|(m, _, _)| format!("`{}` ({} of {})", module_name(m), m.runs, root_runs(ctx, m)))
+            .collect();
+        let more = if random.len() > 4 {
+            format!(" and {} more", random.len() - 4)
+        } else {
+            String::new()
+        };
+        out.push(
+            CHECK
+                .finding(
+                    Severity::Info,
+                    format!(
+                        "{}{more} (runs of the observed forward passes) are skipped at random (LayerDrop / stochastic depth): by design, their {} learn in the steps they run.",
+                        shown.join(", "),
+                        plural(names.len(), "parameter")
+                    ),
+                )
+                .params(names)
+                .at(Some(gate.clone()))
+                .related(first.first_call.as_ref().and_then(|l| ctx.locate(Some(l))), "the call it skips")
+                .fix("Nothing to fix; under DDP, skipped layers need `find_unused_parameters=True` (or `static_graph=False`)."),
         );
     }
     for ((mk, attr), keys) in unread {

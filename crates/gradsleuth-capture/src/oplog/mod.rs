@@ -460,6 +460,26 @@ impl<K, N> OpLog<K, N> {
             taint.push(self.push_cut(h, &needs_grad, soft_kind, &name, s, Vec::new(), true)?);
         }
         if value_exit && !taint.is_empty() {
+            if needs_grad.is_empty() {
+                // `.detach()` (or `.data`) only to be allowed to call `.numpy()` / `.tolist()`:
+                // the value leaving autograd is the cause, the detach its means.
+                let exit = h.stack(1).into_iter().next();
+                for &c in &taint {
+                    if let Some(cut) = self.cuts.get_mut(c as usize) {
+                        if matches!(cut.kind, Category::Detach | Category::DataAttr) && !cut.soft {
+                            cut.kind = Category::NumpyRoundtrip;
+                            cut.op = name.clone();
+                            if let Some(e) = exit.clone() {
+                                if cut.site.as_ref().map(|s| (&s.file, s.line))
+                                    != Some((&e.file, e.line))
+                                {
+                                    cut.related.push((e, "the value leaves autograd here"));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
             // Values leaving autograd carry what they depend on into Python.
             self.mark_values(h, &call.out, &taint, 0);
         }
@@ -477,9 +497,11 @@ impl<K, N> OpLog<K, N> {
             if let Some(s) = site_now(h, &mut site) {
                 for &c in &taint {
                     if let Some(cut) = self.cuts.get_mut(c as usize) {
-                        if cut.kind == Category::NumpyRoundtrip && cut.related.is_empty() {
-                            cut.related
-                                .push((s.clone(), "the value comes back into torch here"));
+                        let back = "the value comes back into torch here";
+                        if cut.kind == Category::NumpyRoundtrip
+                            && !cut.related.iter().any(|(_, m)| *m == back)
+                        {
+                            cut.related.push((s.clone(), back));
                         }
                     }
                 }
@@ -772,6 +794,61 @@ impl<K, N> OpLog<K, N> {
                 step: self.step,
             });
         }
+        // Values that left autograd for NumPy or Python (`.numpy()`, `.tolist()`, `.item()`)
+        // and came back through arithmetic the op log cannot see (`(a - a.mean()) / a.std()`
+        // in NumPy) carry no taint to the loss; for parameters nothing else explains, such an
+        // exit upstream of them is the cause.
+        if self.loss_rewraps.is_empty() {
+            let mut left: FxHashMap<usize, u64> = unreached.clone();
+            for c in &out {
+                left.retain(|_, k| !c.params.contains(k));
+            }
+            for (id, cut) in self.cuts.iter().enumerate() {
+                if left.is_empty() {
+                    break;
+                }
+                // Only NumPy exits: Python scalars and lists are followed value by value.
+                if cut.soft
+                    || cut.kind != Category::NumpyRoundtrip
+                    || !cut.op.ends_with("numpy")
+                    || order_has(&self.loss_taint, id)
+                {
+                    continue;
+                }
+                let (params, _) = Self::reach(h, cut, &left);
+                if params.is_empty() {
+                    continue;
+                }
+                left.retain(|_, k| !params.contains(k));
+                let here = cut
+                    .site
+                    .as_ref()
+                    .map(|s| format!(" at {}:{}", short(&s.file), s.line))
+                    .unwrap_or_default();
+                out.push(CutRec {
+                    kind: cut.kind,
+                    op: cut.op.to_string(),
+                    location: cut.site.as_ref().and_then(|s| recorder.site_location(s)),
+                    related: cut
+                        .related
+                        .iter()
+                        .filter_map(|(s, m)| {
+                            Some(Related {
+                                location: recorder.site_location(s)?,
+                                message: (*m).to_owned(),
+                            })
+                        })
+                        .collect(),
+                    params,
+                    chain: vec![
+                        format!("✂ {}{here}", cut.op),
+                        "(NumPy / Python)".into(),
+                        "loss".into(),
+                    ],
+                    step: self.step,
+                });
+            }
+        }
         // A leaf loss: nothing upstream of it can learn, whatever path the values took.
         for (site, taint) in &self.loss_rewraps {
             let mut params: Vec<u64> = unreached.values().copied().collect();
@@ -895,4 +972,8 @@ impl<K, N> OpLog<K, N> {
             ..Default::default()
         });
     }
+}
+
+fn order_has(taint: &[u32], id: usize) -> bool {
+    taint.iter().any(|&t| t as usize == id)
 }

@@ -8,7 +8,9 @@ use crate::checker::{dotted, Checker};
 pub const RULE: Rule = Rule { code: "GS304" };
 
 pub fn check(ck: &mut Checker, f: &StmtFunctionDef) {
-    if f.name.id.as_str() != "forward" || !ck.in_module_class() {
+    // A module without parameters of its own (rotary embeddings, masks from buffers) loses
+    // nothing by computing its output without recording.
+    if f.name.id.as_str() != "forward" || !ck.in_module_class() || !ck.class_holds_parameters() {
         return;
     }
     for d in &f.decorator_list {
@@ -35,6 +37,12 @@ mod tests {
     fn flags_decorated_forward() {
         let src = "class M(nn.Module):\n    @torch.no_grad()\n    def forward(self, x):\n        return x\n";
         assert_eq!(codes(src), vec![("GS304".into(), 2)]);
+    }
+
+    #[test]
+    fn a_module_without_parameters_is_fine() {
+        let src = "class Rotary(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self.inv_freq = nn.Buffer(torch.arange(d))\n    @torch.no_grad()\n    def forward(self, x):\n        return x * self.inv_freq\n";
+        assert!(codes(src).is_empty());
     }
 
     #[test]

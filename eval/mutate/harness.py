@@ -150,9 +150,12 @@ def _key(*parts) -> str:
 def _gradsleuth_key() -> str:
     """Changes when gradsleuth does: its Python package and built extension."""
     import gradsleuth
+    import gradsleuth._core
 
     pkg = Path(gradsleuth.__file__).parent
     h = hashlib.sha256()
+    h.update(Path(gradsleuth._core.__file__).read_bytes())
+    h.update(GRADSLEUTH.read_bytes() if GRADSLEUTH.exists() else b"")
     for f in sorted(pkg.glob("*")):
         if f.is_file() and f.suffix in (".py", ".so"):
             h.update(f.name.encode())

@@ -774,16 +774,7 @@ impl<K, N> OpLog<K, N> {
             chain.push(format!("✂ {}{here}", cut.op));
             chain.push("loss".into());
             let location = cut.site.as_ref().and_then(|s| recorder.site_location(s));
-            let related: Vec<Related> = cut
-                .related
-                .iter()
-                .filter_map(|(s, m)| {
-                    Some(Related {
-                        location: recorder.site_location(s)?,
-                        message: (*m).to_owned(),
-                    })
-                })
-                .collect();
+            let related = related_of(recorder, &cut.related);
             out.push(CutRec {
                 kind: cut.kind,
                 op: cut.op.to_string(),
@@ -829,16 +820,7 @@ impl<K, N> OpLog<K, N> {
                     kind: cut.kind,
                     op: cut.op.to_string(),
                     location: cut.site.as_ref().and_then(|s| recorder.site_location(s)),
-                    related: cut
-                        .related
-                        .iter()
-                        .filter_map(|(s, m)| {
-                            Some(Related {
-                                location: recorder.site_location(s)?,
-                                message: (*m).to_owned(),
-                            })
-                        })
-                        .collect(),
+                    related: related_of(recorder, &cut.related),
                     params,
                     chain: vec![
                         format!("✂ {}{here}", cut.op),
@@ -976,4 +958,17 @@ impl<K, N> OpLog<K, N> {
 
 fn order_has(taint: &[u32], id: usize) -> bool {
     taint.iter().any(|&t| t as usize == id)
+}
+
+/// A cut's related sites as the capture's locations (sites outside the user's code dropped).
+fn related_of(recorder: &mut Recorder, related: &[(Site, &'static str)]) -> Vec<Related> {
+    related
+        .iter()
+        .filter_map(|(s, m)| {
+            Some(Related {
+                location: recorder.site_location(s)?,
+                message: (*m).to_owned(),
+            })
+        })
+        .collect()
 }

@@ -273,15 +273,16 @@ def build(subjects, per_op, jobs, sample=None):
             made.append((s, m, i))
     if sample:
         made = _spread(made, sample)
+    base = {}  # subject -> (its meta, its files), read once
     for s, m, i in made:
-        folder = origs[s.name]
-        base_meta = json.loads((folder / "meta.json").read_text())
+        if s.name not in base:
+            folder = origs[s.name]
+            meta0 = json.loads((folder / "meta.json").read_text())
+            names = [n for n in (meta0["target_file"], "train.py") if n]
+            base[s.name] = (meta0, {n: (folder / n).read_text() for n in names})
+        base_meta, originals_files = base[s.name]
         mfolder = CACHE / "mutants" / f"{s.name}__{m.operator}__{i}"
-        files = {}
-        if base_meta["target_file"]:
-            files[base_meta["target_file"]] = (folder / base_meta["target_file"]).read_text()
-        files["train.py"] = (folder / "train.py").read_text()
-        files[m.file] = m.source
+        files = {**originals_files, m.file: m.source}
         meta = {
             "subject": s.name,
             "package": s.package,

@@ -355,12 +355,7 @@ def apply_init(op: str, source: str, cls, stmt, node, file: str, grad_mod: str, 
         repl = {"ModuleList": "list", "ModuleDict": "dict", "ParameterList": "list", "ParameterDict": "dict"}[
             _call_name(node)
         ]
-        seg = ast.get_source_segment(source, node.func)
-        if seg is None:
-            return None
         new = _replace_segment(source, node.func, repl)
-        if not node.args and not node.keywords:
-            pass
         return Mutant(op, o.category, file, new, [node.lineno], site)
     attr = stmt.targets[0].attr
     if op == "param_buffer":

@@ -34,13 +34,12 @@ class _Stop(BaseException):
     pass
 
 
-def _walk(module, prefix, out_mods, out_params, seen):
+def _walk(module, prefix, out_params, seen):
     import torch
 
     if id(module) in seen:
         return
     seen.add(id(module))
-    out_mods[id(module)] = (prefix, module)
     for name, p in list(module._parameters.items()):
         if p is not None and id(p) not in out_params:
             out_params[id(p)] = (prefix + name, p)
@@ -49,7 +48,7 @@ def _walk(module, prefix, out_mods, out_params, seen):
             out_params[id(b)] = (prefix + name, b)
     for name, m in list(module._modules.items()):
         if m is not None:
-            _walk(m, f"{prefix}{name}.", out_mods, out_params, seen)
+            _walk(m, f"{prefix}{name}.", out_params, seen)
     # Modules and parameters kept where nn.Module does not look, named as if registered.
     for name, v in list(vars(module).items()):
         if name.startswith("_") or name == "training":
@@ -57,7 +56,7 @@ def _walk(module, prefix, out_mods, out_params, seen):
         for key, item in _items(v):
             full = f"{prefix}{name}{key}"
             if isinstance(item, torch.nn.Module):
-                _walk(item, full + ".", out_mods, out_params, seen)
+                _walk(item, full + ".", out_params, seen)
             elif isinstance(item, torch.Tensor) and item.is_leaf and item.requires_grad:
                 if id(item) not in out_params:
                     out_params[id(item)] = (full, item)
@@ -105,15 +104,15 @@ class Oracle:
                     for _, item in _items(v):
                         if isinstance(item, torch.nn.Module) and item is not m:
                             held.add(id(item))
-        roots = [m for m in mods if id(m) not in held and any(True for _ in _all_tensors(m))]
+        roots = [m for m in mods if id(m) not in held and any(True for _ in m.parameters())]
         names = {id(v): k for k, v in self.main.items() if isinstance(v, torch.nn.Module) and not k.startswith("_")}
         roots = [m for m in roots if id(m) in names] or roots
         roots.sort(key=lambda m: names.get(id(m), "~"))
         several = len(roots) > 1
         for m in roots:
             prefix = f"{names.get(id(m), type(m).__name__)}." if several else ""
-            out_mods, out_params = {}, {}
-            _walk(m, prefix, out_mods, out_params, set())
+            out_params = {}
+            _walk(m, prefix, out_params, set())
             for k, v in out_params.items():
                 self.params.setdefault(k, v)
         # Parameters only an optimizer holds (not reachable from any root) are not the model's.
@@ -214,10 +213,6 @@ class Oracle:
 def _tied(model, lin):
     """Parameters other than `lin`'s own that are the same tensor as its weight (tied)."""
     return [p for n, m in model.named_modules() if m is not lin for p in m._parameters.values() if p is lin.weight]
-
-
-def _all_tensors(m):
-    yield from m.parameters()
 
 
 def _install(oracle):

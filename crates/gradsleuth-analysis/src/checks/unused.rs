@@ -29,21 +29,18 @@ fn root_runs(ctx: &Context, m: &ModuleRec) -> u32 {
     }
 }
 
-/// The highest ancestor of `m` (inside its root) that never ran.
-fn top_not_run<'c>(ctx: &'c Context, m: &'c ModuleRec) -> &'c ModuleRec {
+/// The highest ancestor of `m` (inside its root) that never ran. `ran_inside`: modules with
+/// a child that ran (a container never runs itself: it did not "run" only if none of its
+/// children did).
+fn top_not_run<'c>(
+    ctx: &'c Context,
+    m: &'c ModuleRec,
+    ran_inside: &std::collections::HashSet<u64>,
+) -> &'c ModuleRec {
     let mut top = m;
     let mut guard = 0;
     while let Some(p) = top.parent.and_then(|p| ctx.capture.module(p)) {
-        // A container (ModuleList) never runs itself: it did not "run" only if none of its
-        // children did.
-        if p.runs > 0
-            || guard > 1000
-            || ctx
-                .capture
-                .modules
-                .iter()
-                .any(|c| c.parent == Some(p.key) && c.runs > 0)
-        {
+        if p.runs > 0 || guard > 1000 || ran_inside.contains(&p.key) {
             break;
         }
         top = p;
@@ -118,6 +115,13 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let mut never: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
     let mut sometimes: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
     let mut unread: std::collections::BTreeMap<(u64, String), Vec<u64>> = Default::default();
+    let ran_inside: std::collections::HashSet<u64> = ctx
+        .capture
+        .modules
+        .iter()
+        .filter(|c| c.runs > 0)
+        .filter_map(|c| c.parent)
+        .collect();
     for (t, f) in trainable_params(ctx) {
         if ctx.is_claimed(t.key) {
             continue;
@@ -131,7 +135,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         }
         if m.runs == 0 && !f.reached() {
             never
-                .entry(top_not_run(ctx, m).key)
+                .entry(top_not_run(ctx, m, &ran_inside).key)
                 .or_default()
                 .push(t.key);
         } else if m.runs < total && m.runs > 0 && m.key != m.root.unwrap_or(0) {

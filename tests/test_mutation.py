@@ -41,6 +41,7 @@ def result(tmp_path_factory):
 
 def test_the_sample_is_real(result):
     r, _ = result
+    assert not r["broken_originals"], "originals that do not train: " + ", ".join(r["broken_originals"])
     rows = r["rows"]
     assert len(rows) >= FLOORS["valid"], r["counts"]
     assert len(r["packages"]) >= 4

@@ -423,9 +423,16 @@ def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=Fal
     t0 = time.time()
     warm(subjects)
     origs, mutants = build(subjects, per_op, jobs, sample)
+    broken_originals = []
     for s in subjects:
-        if not (origs[s.name] / "oracle.json").exists():
-            print(f"  {s.name}: the original did not run (see {origs[s.name]}/stderr.txt)", file=sys.stderr)
+        try:
+            err = json.loads((origs[s.name] / "oracle.json").read_text()).get("error")
+        except (OSError, ValueError):
+            err = {"type": "no result", "message": "the oracle's run did not finish"}
+        if err:
+            # An original must train: its mutants' truth is measured against it.
+            broken_originals.append(s.name)
+            print(f"  {s.name}: the original failed: {err['type']}: {err['message'][:200]}", file=sys.stderr)
     truths = {m: truth(m, origs) for m in mutants}
     valid = [m for m in mutants if truths[m]["status"] == "valid"]
     run_gradsleuth(list(origs.values()) + valid, jobs)
@@ -462,6 +469,7 @@ def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=Fal
         "alarms": alarms,
         "counts": counts,
         "originals": len(origs),
+        "broken_originals": broken_originals,
         "packages": sorted({s.package for s in subjects}),
         "seconds": round(time.time() - t0),
     }

@@ -443,7 +443,7 @@ SUBJECTS = [
         "timm_convnext",
         "timm",
         "timm.models.convnext",
-        "model = M.ConvNeXt(depths=(1, 1), dims=(16, 32), num_classes=10, drop_path_rate=0.1)\n",
+        "model = M.ConvNeXt(depths=(1, 1, 1, 1), dims=(8, 16, 16, 32), num_classes=10, drop_path_rate=0.1)\n",
         _IMAGE,
         "accumulation",
     ),
@@ -500,8 +500,11 @@ for step in range(STEPS):
 ''',
     "two_optimizers": '''
 head_names = {"classifier", "head", "fc", "lm_head", "score"}
-head_params = [p for n, p in model.named_parameters() if n.split(".")[0] in head_names]
-body_params = [p for n, p in model.named_parameters() if n.split(".")[0] not in head_names]
+named = list(model.named_parameters())
+head_params = [p for n, p in named if n.split(".")[0] in head_names]
+if not head_params:  # a head tied to the embeddings (BART's lm_head): the last layers instead
+    head_params = [p for _, p in named[-max(1, len(named) // 4) :]]
+body_params = [p for _, p in named if all(p is not q for q in head_params)]
 optimizer = torch.optim.AdamW(body_params, lr=1e-4)
 head_optimizer = torch.optim.AdamW(head_params, lr=1e-3)
 max_norm = 1.0
@@ -546,6 +549,10 @@ def script(subject: Subject, target_file: str | None) -> str:
             "def load_model_code(name, file):",
             '    """The model code from a copy next to this script, under its real name."""',
             "    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)",
+            "    # torchvision's model registry refuses a name twice: the copy replaces the original's entries.",
+            "    registry = getattr(sys.modules.get('torchvision.models._api'), 'BUILTIN_MODELS', {})",
+            "    for key in [k for k, fn in registry.items() if getattr(fn, '__module__', None) == name]:",
+            "        del registry[key]",
             "    spec = importlib.util.spec_from_file_location(name, path)",
             "    module = importlib.util.module_from_spec(spec)",
             "    sys.modules[name] = module",

@@ -1038,6 +1038,9 @@ class Tracer:
                 tracer._backward_failed(e)
                 raise
             tracer._backward_depth -= 1
+            create_graph = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+            if create_graph:
+                tracer._derivative(outputs, result)
             try:
                 ins = inputs if isinstance(inputs, (list, tuple)) else [inputs]
                 pairs = [(tracer._keys.get(id(t)), g) for t, g in zip(ins, result)]
@@ -1054,6 +1057,18 @@ class Tracer:
             return result
 
         return grad
+
+
+    def _derivative(self, outputs, result):
+        """Which tracked tensors the outputs of `autograd.grad(create_graph=True)` depend on,
+        and which its derivatives still do (the difference is decided in Rust)."""
+        try:
+            outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+            upstream = [k for t in outs if isinstance(t, torch.Tensor) for k in self._keys_upstream(t)]
+            kept = [k for g in result if isinstance(g, torch.Tensor) for k in self._keys_upstream(g)]
+            self.rec.derivative(upstream, kept)
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"derivative: {e}")
 
 
 def _dtype(t) -> str:

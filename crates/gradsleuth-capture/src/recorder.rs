@@ -438,6 +438,26 @@ impl Recorder {
         }
     }
 
+    /// The current `autograd.grad(create_graph=True)` call: `upstream` are the tracked tensors
+    /// its outputs depend on, `kept` those its derivatives still depend on. The difference is
+    /// constant in the derivative (see `BackwardRec::constant_in_derivative`).
+    pub fn derivative(&mut self, upstream: &[u64], kept: &[u64]) {
+        let kept: std::collections::HashSet<u64> = kept.iter().copied().collect();
+        if let Some(b) = self
+            .current_backward
+            .and_then(|i| self.capture.backwards.get_mut(i))
+        {
+            let mut lost: Vec<u64> = upstream
+                .iter()
+                .copied()
+                .filter(|k| !kept.contains(k))
+                .collect();
+            lost.sort_unstable();
+            lost.dedup();
+            b.constant_in_derivative = lost;
+        }
+    }
+
     pub fn backward_end(&mut self, grad_norms: Vec<(u64, Option<f64>)>, error: Option<String>) {
         if let Some(b) = self
             .current_backward

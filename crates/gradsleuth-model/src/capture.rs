@@ -494,6 +494,11 @@ pub struct BackwardRec {
     pub grad_norms: Vec<(u64, Option<f64>)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For `autograd.grad(outputs, inputs, create_graph=True)`: tracked tensors the outputs
+    /// depend on that the returned derivatives do not (a bias that only shifts an energy whose
+    /// gradient the loss uses). A loss built from those derivatives cannot reach them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constant_in_derivative: Vec<u64>,
 }
 
 /// Which call started a backward pass.

@@ -339,6 +339,12 @@ impl Recorder {
         self.inner.reached(key);
     }
 
+    /// During `autograd.grad(create_graph=True)`: the tracked tensors its outputs depend on
+    /// (`upstream`) and those its derivatives still depend on (`kept`).
+    fn derivative(&mut self, upstream: Vec<u64>, kept: Vec<u64>) {
+        self.inner.derivative(&upstream, &kept);
+    }
+
     #[pyo3(signature = (grad_norms, error=None))]
     fn backward_end(&mut self, grad_norms: Vec<(u64, Option<f64>)>, error: Option<String>) {
         self.inner.backward_end(grad_norms, error);

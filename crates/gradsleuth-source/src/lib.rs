@@ -201,7 +201,9 @@ impl SourceCache {
 }
 
 /// Indices of the lines that open the blocks around `line` (1-based), innermost first: going
-/// up, each non-blank, non-comment line indented less than the last one found.
+/// up, each non-blank, non-comment line indented less than the last one found. A line that
+/// starts with a closing bracket (`):` ending a multi-line signature, `]` or `}` ending a
+/// literal) continues an expression and opens nothing.
 fn enclosing(lines: &[String], line: u32) -> impl Iterator<Item = usize> + '_ {
     let start = (line as usize).checked_sub(1).filter(|i| *i < lines.len());
     let mut indent = start.map_or(0, |i| indentation(&lines[i]));
@@ -212,7 +214,11 @@ fn enclosing(lines: &[String], line: u32) -> impl Iterator<Item = usize> + '_ {
             i -= 1;
             let l = &lines[i];
             let t = l.trim_start();
-            if t.is_empty() || t.starts_with('#') || indentation(l) >= indent {
+            if t.is_empty()
+                || t.starts_with('#')
+                || t.starts_with([')', ']', '}'])
+                || indentation(l) >= indent
+            {
                 continue;
             }
             indent = indentation(l);
@@ -299,6 +305,22 @@ mod branch_tests {
         let mut s = super::SourceCache::new();
         assert_eq!(s.enclosing_branch(f, 6), Some(4));
         assert_eq!(s.enclosing_branch(f, 3), None);
+    }
+
+    #[test]
+    fn a_layerdrop_draw_is_found_above_a_multi_line_typed_signature() {
+        // transformers' style: the signature's `):` is less indented than the body.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.py");
+        std::fs::write(
+            &f,
+            "class Encoder:\n    def forward(\n        self,\n        h,\n    ):\n        for layer in self.layers:\n            p = torch.rand([])\n            if p >= self.drop:\n                h = layer(h)\n        return h\n",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.random_gate(f, 9), Some(7));
+        assert_eq!(s.enclosing_branch(f, 9), Some(8));
     }
 }
 

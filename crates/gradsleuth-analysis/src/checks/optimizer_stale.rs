@@ -10,6 +10,11 @@ pub const CHECK: Check = Check { code: "GS107", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
+    // "No model uses it" needs a model seen running: a script that failed before its first
+    // forward (or builds its optimizers before any model runs) says nothing about use.
+    if ctx.capture.root_calls == 0 {
+        return out;
+    }
     for o in &ctx.capture.optimizers {
         let stale: Vec<u64> = o
             .params
@@ -92,6 +97,16 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
         assert_eq!(f[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn nothing_is_stale_before_any_model_ran() {
+        let mut s = healthy(2);
+        s.capture.optimizers[0].params = vec![30, 31];
+        s.tensor(30, "<optimizer>", 1, TensorKind::Foreign);
+        s.tensor(31, "<optimizer>", 1, TensorKind::Foreign);
+        s.capture.root_calls = 0;
+        assert!(s.run(&CHECK).is_empty());
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl Scenario {
             loss_grad_fn: Some("MseLossBackward0".into()),
             reached: reached.to_vec(),
             grad_norms: norms.to_vec(),
-            error: None,
+            ..Default::default()
         });
         seq
     }

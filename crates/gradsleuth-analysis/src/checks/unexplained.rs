@@ -28,8 +28,21 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut by_status: std::collections::BTreeMap<ParamStatus, Vec<u64>> = Default::default();
     let mut invariant_keys = Vec::new();
+    // Tensors a `create_graph=True` derivative does not depend on, with that call.
+    let mut constant: std::collections::BTreeMap<u64, &gradsleuth_model::capture::BackwardRec> =
+        Default::default();
+    for b in &ctx.capture.backwards {
+        for k in &b.constant_in_derivative {
+            constant.entry(*k).or_insert(b);
+        }
+    }
+    let mut constant_keys = Vec::new();
     for (t, f) in ctx.facts.iter() {
         if !f.visible || ctx.is_claimed(t.key) {
+            continue;
+        }
+        if f.status == ParamStatus::GradNone && constant.contains_key(&t.key) {
+            constant_keys.push(t.key);
             continue;
         }
         let tiny = f.status == ParamStatus::GradZero
@@ -47,6 +60,26 @@ fn run(ctx: &Context) -> Vec<Finding> {
         ) {
             by_status.entry(f.status).or_default().push(t.key);
         }
+    }
+    if let Some(call) = constant_keys.first().and_then(|k| constant.get(k)) {
+        let names = super::names(ctx, &constant_keys);
+        ctx.claim(constant_keys.iter().copied());
+        let one = names.len() == 1;
+        out.push(
+            CHECK
+                .finding(
+                    Severity::Info,
+                    format!(
+                        "{} {} no gradient by design: the loss uses a derivative taken with `autograd.grad(..., create_graph=True)`, and that derivative does not depend on {} (an additive constant of the differentiated output, such as the last layer's bias under an energy whose forces are fitted).",
+                        super::name_list(&names),
+                        if one { "gets" } else { "get" },
+                        if one { "it" } else { "them" }
+                    ),
+                )
+                .params(names)
+                .at(ctx.locate(call.location.as_ref()))
+                .fix("Nothing to fix if only the derivative is fitted; add a term on the differentiated output itself (e.g. the energy) to the loss if these should learn."),
+        );
     }
     if !invariant_keys.is_empty() {
         let names = super::names(ctx, &invariant_keys);
@@ -161,6 +194,32 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].params, vec!["fc.bias"]);
         assert!(f[0].message.contains("ran in forward"));
+    }
+
+    #[test]
+    fn a_bias_the_fitted_derivative_does_not_depend_on_is_info() {
+        let mut s = healthy(2);
+        for b in &mut s.capture.backwards {
+            b.reached.retain(|k| *k != 11);
+            b.constant_in_derivative = vec![11];
+        }
+        for st in &mut s.capture.steps {
+            st.grad_norms.retain(|(k, _)| *k != 11);
+            for w in &mut st.weight_after {
+                if w.0 == 11 {
+                    w.1 = st.weight_before.iter().find(|b| b.0 == 11).unwrap().1;
+                }
+            }
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, Severity::Info);
+        assert_eq!(f[0].params, vec!["fc.bias"]);
+        assert!(
+            f[0].message.contains("create_graph=True"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

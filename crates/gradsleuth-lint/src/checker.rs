@@ -370,10 +370,16 @@ impl<'a> Visitor<'a> for Checker<'a> {
             Stmt::For(f) => {
                 rules::zero_grad_order::check(self, &f.body);
                 rules::step_before_backward::check(self, &f.body);
+                rules::stale_graph::check(
+                    self,
+                    &rules::stale_graph::loop_targets(&f.target),
+                    &f.body,
+                );
             }
             Stmt::While(w) => {
                 rules::zero_grad_order::check(self, &w.body);
                 rules::step_before_backward::check(self, &w.body);
+                rules::stale_graph::check(self, &[], &w.body);
             }
             Stmt::With(w) => rules::backward_in_no_grad::check(self, w),
             Stmt::Assign(a) => {

@@ -32,6 +32,11 @@ fn lint_cached(file: &str) -> Vec<Finding> {
 /// A runtime finding that `gradsleuth lint` would have caught names the rule: the same
 /// category (or the optimizer pair) at the same line of the same file, found by linting the
 /// files the findings point to.
+///
+/// Where the runtime sees a symptom that lint traces to its cause (the failing `backward()`
+/// of a graph carried over from the last step is a related line of lint's finding at the
+/// assignment that carried it), the cause becomes the finding's location and the runtime's
+/// line its first related one.
 pub fn cross_reference(findings: &mut [Finding]) {
     use gradsleuth_model::Category as C;
     let same = |a: C, b: C| {
@@ -59,6 +64,33 @@ pub fn cross_reference(findings: &mut [Finding]) {
             same(l.category, f.category)
                 && l.location.as_ref().is_some_and(|ll| ll.line == loc.line)
         });
+        let cause = hit.is_none().then(|| {
+            lint.iter().find(|l| {
+                same(l.category, f.category)
+                    && l.location.as_ref().is_some_and(|ll| ll.file == loc.file)
+                    && l.related
+                        .iter()
+                        .any(|r| r.location.file == loc.file && r.location.line == loc.line)
+            })
+        });
+        if let Some(cause) = cause.flatten() {
+            let name = crate::rules::ALL
+                .iter()
+                .find(|r| r.code == cause.code)
+                .map_or("", |r| r.name());
+            f.location = cause.location.clone();
+            f.related.insert(
+                0,
+                gradsleuth_model::Related {
+                    location: loc,
+                    message: format!(
+                        "where it shows at run time; `gradsleuth lint` traces it to the line above: {} ({name})",
+                        cause.code
+                    ),
+                },
+            );
+            continue;
+        }
         if let Some(hit) = hit {
             let name = crate::rules::ALL
                 .iter()
@@ -72,5 +104,33 @@ pub fn cross_reference(findings: &mut [Finding]) {
                 ),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gradsleuth_model::{Category, Finding, Location, Severity};
+
+    #[test]
+    fn a_symptom_lint_traces_to_its_cause_is_located_at_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("train.py");
+        std::fs::write(
+            &file,
+            "history = None\nfor x in data:\n    loss = model(x).sum()\n    if history is not None:\n        loss = loss + history\n    history = loss\n    loss.backward()\n",
+        )
+        .unwrap();
+        let file = file.to_string_lossy().into_owned();
+        let mut f = vec![Finding::new(
+            "GS214",
+            Category::StaleTensor,
+            Severity::Error,
+            "backward a second time",
+        )
+        .at(Some(Location::new(file.clone(), 7)))];
+        super::cross_reference(&mut f);
+        assert_eq!(f[0].location.as_ref().unwrap().line, 6, "{:?}", f[0]);
+        assert_eq!(f[0].related[0].location.line, 7);
+        assert!(f[0].related[0].message.contains("GS324"));
     }
 }

@@ -24,6 +24,7 @@ pub mod non_leaf_param;
 pub mod optimizer_before_replace;
 pub mod optimizer_subset;
 pub mod recreated_module;
+pub mod stale_graph;
 pub mod step_before_backward;
 pub mod tensor_rewrap;
 pub mod unregistered;
@@ -132,6 +133,7 @@ pub const ALL: &[&Rule] = &[
     &inplace_saved::RULE,
     &optimizer_before_replace::RULE,
     &optimizer_subset::RULE,
+    &stale_graph::RULE,
 ];
 
 /// Reports a cut found by the data flow ([`crate::flow`]) under the rule for its kind.

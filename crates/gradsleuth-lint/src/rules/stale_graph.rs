@@ -1,0 +1,331 @@
+//! GS324: a tensor carried from one iteration of a training loop into the next one's loss
+//! with its graph (`history = loss` read by the next step's loss; an RNN's hidden state fed
+//! back without `.detach()`): the second `backward()` raises "Trying to backward through the
+//! graph a second time".
+//!
+//! Per loop whose body calls `.backward()`, one iteration is sliced backwards from each
+//! backward's receiver through the body's assignments (in order, branches flattened, nested
+//! loops and functions left to their own scope). A name the slice reads before the body
+//! assigns it comes from the previous iteration; it is reported when the body's last
+//! assignment of it carries a graph: its value is not cut (`.detach()`, `.item()`,
+//! `float()`, `.tolist()`, `.numpy()`, a helper named for detaching) and depends on a call
+//! (a model or loss) or on the loss itself. A counter (`n = n + 1`) depends on neither.
+
+use std::collections::{HashMap, HashSet};
+
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{Expr, ExprContext, Stmt};
+use ruff_text_size::{Ranged, TextRange};
+
+use super::Rule;
+use crate::checker::Checker;
+
+pub const RULE: Rule = Rule { code: "GS324" };
+
+/// Calls whose result carries no graph, or is not a tensor.
+const PLAIN_CALLS: &[&str] = &[
+    "int",
+    "float",
+    "bool",
+    "str",
+    "len",
+    "range",
+    "enumerate",
+    "zip",
+    "print",
+    "round",
+    "abs",
+    "min",
+    "max",
+    "isinstance",
+    "getattr",
+    "hasattr",
+    "next",
+    "iter",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "sorted",
+    "time",
+    "perf_counter",
+];
+/// Methods whose result has no graph attached.
+const CUT_METHODS: &[&str] = &["detach", "item", "tolist", "numpy", "detach_"];
+
+/// One statement of the flattened body: what it reads (outside cuts), what it writes, whether
+/// its value is cut, whether it calls something that can carry a graph.
+struct Step {
+    range: TextRange,
+    reads: Vec<String>,
+    writes: Vec<String>,
+    cut: bool,
+    calls: bool,
+    backward: Vec<String>,
+}
+
+#[derive(Default)]
+struct Reads {
+    names: Vec<String>,
+    calls: bool,
+    backward: Vec<String>,
+}
+
+fn is_cut_call(e: &Expr) -> bool {
+    let Expr::Call(c) = e else { return false };
+    match c.func.as_ref() {
+        Expr::Attribute(a) => CUT_METHODS.contains(&a.attr.id.as_str()),
+        Expr::Name(n) => {
+            let f = n.id.as_str();
+            matches!(f, "float" | "int" | "bool") || f.contains("detach") || f.contains("repackage")
+        }
+        _ => false,
+    }
+}
+
+impl<'a> Visitor<'a> for Reads {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if is_cut_call(e) {
+            return;
+        }
+        match e {
+            Expr::Name(n) if n.ctx == ExprContext::Load => self.names.push(n.id.to_string()),
+            Expr::Call(c) => {
+                let plain = match c.func.as_ref() {
+                    Expr::Name(n) => PLAIN_CALLS.contains(&n.id.as_str()),
+                    Expr::Attribute(a) => PLAIN_CALLS.contains(&a.attr.id.as_str()),
+                    _ => false,
+                };
+                if let Expr::Attribute(a) = c.func.as_ref() {
+                    if a.attr.id.as_str() == "backward" {
+                        let mut r = Reads::default();
+                        r.visit_expr(&a.value);
+                        self.backward.extend(r.names);
+                    }
+                }
+                self.calls |= !plain;
+            }
+            Expr::Lambda(_) => return,
+            _ => {}
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+fn targets(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Name(n) => out.push(n.id.to_string()),
+        Expr::Tuple(t) => t.elts.iter().for_each(|x| targets(x, out)),
+        Expr::List(l) => l.elts.iter().for_each(|x| targets(x, out)),
+        Expr::Starred(s) => targets(&s.value, out),
+        _ => {}
+    }
+}
+
+fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) -> Step {
+    let mut r = Reads::default();
+    if let Some(v) = value {
+        r.visit_expr(v);
+    }
+    if aug {
+        r.names.extend(writes.iter().cloned());
+    }
+    Step {
+        range,
+        cut: value.is_some_and(is_cut_call),
+        reads: r.names,
+        writes,
+        calls: r.calls,
+        backward: r.backward,
+    }
+}
+
+/// The body in execution order, compound statements flattened (not nested loops or scopes).
+fn flatten(body: &[Stmt], out: &mut Vec<Step>) {
+    for s in body {
+        match s {
+            Stmt::Assign(a) => {
+                let mut w = Vec::new();
+                a.targets.iter().for_each(|t| targets(t, &mut w));
+                out.push(step(s.range(), Some(&a.value), w, false));
+            }
+            Stmt::AnnAssign(a) => {
+                let mut w = Vec::new();
+                targets(&a.target, &mut w);
+                out.push(step(s.range(), a.value.as_deref(), w, false));
+            }
+            Stmt::AugAssign(a) => {
+                let mut w = Vec::new();
+                targets(&a.target, &mut w);
+                out.push(step(s.range(), Some(&a.value), w, true));
+            }
+            Stmt::Expr(e) => {
+                // `h.detach_()` cuts `h` in place.
+                let mut w = Vec::new();
+                if let Expr::Call(c) = e.value.as_ref() {
+                    if let Expr::Attribute(a) = c.func.as_ref() {
+                        if a.attr.id.as_str() == "detach_" {
+                            targets(&a.value, &mut w);
+                        }
+                    }
+                }
+                let cut = !w.is_empty();
+                let mut st = step(s.range(), Some(&e.value), w, false);
+                st.cut |= cut;
+                out.push(st);
+            }
+            Stmt::If(i) => {
+                out.push(step(i.test.range(), Some(&i.test), Vec::new(), false));
+                flatten(&i.body, out);
+                for c in &i.elif_else_clauses {
+                    flatten(&c.body, out);
+                }
+            }
+            Stmt::With(w) => flatten(&w.body, out),
+            Stmt::Try(t) => {
+                flatten(&t.body, out);
+                flatten(&t.orelse, out);
+                flatten(&t.finalbody, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
+    let mut steps = Vec::new();
+    flatten(body, &mut steps);
+    let backwards: Vec<usize> = (0..steps.len())
+        .filter(|&i| !steps[i].backward.is_empty())
+        .collect();
+    if backwards.is_empty() {
+        return;
+    }
+    let defs = |name: &str, before: usize| {
+        (0..before)
+            .rev()
+            .find(|&j| steps[j].writes.iter().any(|w| w == name))
+    };
+    // (name, the step that reads it before the body assigns it)
+    let mut carried: HashMap<String, usize> = HashMap::new();
+    let mut in_slice: HashSet<usize> = HashSet::new();
+    for &b in &backwards {
+        let mut todo: Vec<(String, usize)> =
+            steps[b].backward.iter().map(|n| (n.clone(), b)).collect();
+        let mut seen: HashSet<(String, usize)> = HashSet::new();
+        while let Some((name, at)) = todo.pop() {
+            if !seen.insert((name.clone(), at)) {
+                continue;
+            }
+            match defs(&name, at) {
+                Some(d) => {
+                    in_slice.insert(d);
+                    if !steps[d].cut {
+                        todo.extend(steps[d].reads.iter().map(|n| (n.clone(), d)));
+                    }
+                }
+                None if !loop_targets.contains(&name) => {
+                    carried.entry(name).or_insert(at);
+                }
+                None => {}
+            }
+        }
+    }
+    let mut found: Vec<(String, usize, usize)> = Vec::new();
+    for (name, read) in carried {
+        // The value the next iteration sees: the body's last assignment of the name.
+        let Some(last) = defs(&name, steps.len()) else {
+            continue;
+        };
+        if steps[last].cut {
+            continue;
+        }
+        // A graph: the assignment calls a model/loss, or depends on what the loss depends on.
+        let mut graph = false;
+        let mut todo: Vec<(String, usize)> = steps[last]
+            .reads
+            .iter()
+            .map(|n| (n.clone(), last))
+            .collect();
+        let mut seen = HashSet::new();
+        graph |= steps[last].calls;
+        while let Some((n, at)) = todo.pop() {
+            if graph || !seen.insert((n.clone(), at)) {
+                continue;
+            }
+            if let Some(d) = defs(&n, at) {
+                if steps[d].cut {
+                    continue;
+                }
+                graph |= steps[d].calls || in_slice.contains(&d) || backwards.contains(&d);
+                todo.extend(steps[d].reads.iter().map(|x| (x.clone(), d)));
+            }
+        }
+        if graph {
+            found.push((name, last, read));
+        }
+    }
+    found.sort_by_key(|(_, last, _)| steps[*last].range.start());
+    for (name, last, read) in found {
+        let loc = ck.location(&steps[last].range);
+        let read_loc = ck.location(&steps[read].range);
+        let backward = backwards
+            .iter()
+            .find(|&&b| b >= read)
+            .map(|&b| ck.location(&steps[b].range));
+        ck.report(
+            RULE.finding(format!(
+                "`{name}` keeps this iteration's graph and the next iteration's loss uses it: the next `backward()` goes through a graph the first one freed (\"Trying to backward through the graph a second time\")."
+            ))
+            .at(Some(loc))
+            .related(Some(read_loc), format!("the next iteration reads `{name}` here"))
+            .related(backward, "the backward that fails")
+            .fix(format!("Carry `{name}.detach()` (or `{name}.item()` for a number) into the next iteration; recompute it inside the step if its gradient is needed.")),
+        );
+    }
+}
+
+/// The names a `for` target binds.
+pub fn loop_targets(target: &Expr) -> Vec<String> {
+    let mut out = Vec::new();
+    targets(target, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::codes;
+
+    #[test]
+    fn a_loss_kept_for_the_next_step() {
+        let src = "history = None\nfor x in data:\n    loss = model(x).sum()\n    if history is not None:\n        loss = loss + 0.1 * history\n    history = loss\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 6)]);
+    }
+
+    #[test]
+    fn an_rnn_state_fed_back_without_detach() {
+        let src = "hidden = None\nfor x, y in data:\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 3)]);
+    }
+
+    #[test]
+    fn a_running_sum_that_is_backpropagated() {
+        let src = "running = 0\nfor x in data:\n    running += loss_fn(model(x))\n    running.backward()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 3)]);
+    }
+
+    #[test]
+    fn detached_state_counters_and_logged_numbers_are_fine() {
+        let ok = [
+            "hidden = None\nfor x, y in data:\n    if hidden is not None:\n        hidden = hidden.detach()\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n",
+            "hidden = init()\nfor x, y in data:\n    hidden = repackage_hidden(hidden)\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n",
+            "for x, y in data:\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n    hidden = hidden.detach()\n",
+            "n = 0\ntotal = 0.0\nfor x in data:\n    n = n + 1\n    loss = model(x).sum() / n\n    loss.backward()\n    total += loss.item()\n",
+            "ema = None\nfor x in data:\n    loss = model(x).sum()\n    loss.backward()\n    ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()\n",
+            "for step in range(10):\n    loss = model(make_batch(step)).sum()\n    loss.backward()\n    opt.step()\n",
+        ];
+        for src in ok {
+            assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));
+        }
+    }
+}

@@ -1120,7 +1120,7 @@ def _make_op_mode(log, rec):
             except Exception as e:
                 if not self.passive:
                     try:
-                        log.failed(rec, func, str(e))
+                        log.failed(rec, func, args if isinstance(args, tuple) else tuple(args), kwargs or None, str(e))
                     except Exception:  # noqa: BLE001
                         pass
                 raise

@@ -408,7 +408,8 @@ fn run_fixture(path: &Path) -> Value {
         let args: Vec<usize> = step.inputs.iter().map(|n| names[n]).collect();
         let kwargs: Vec<usize> = step.kw.iter().map(|n| names[n]).collect();
         if let Some(msg) = &step.fails {
-            log.failed(&mut Fake(&mut w), &mut recorder, &func, msg);
+            let inputs: Vec<usize> = args.iter().chain(&kwargs).copied().collect();
+            log.failed(&mut Fake(&mut w), &mut recorder, &func, &inputs, msg);
             continue;
         }
         if op.ends_with("set_grad_enabled") {

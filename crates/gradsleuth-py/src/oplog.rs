@@ -342,17 +342,24 @@ impl OpLog {
         self.log.explain_error(&mut recorder.inner, message)
     }
 
-    /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`.
-    #[pyo3(signature = (recorder, func, message))]
+    /// An op raised (`args`/`kwargs` are its arguments): an in-place op on a leaf that
+    /// requires grad, or an op refusing a tensor made under `inference_mode`.
+    #[pyo3(signature = (recorder, func, args, kwargs, message))]
     fn failed(
         &mut self,
         py: Python<'_>,
         mut recorder: PyRefMut<'_, Recorder>,
         func: Bound<'_, PyAny>,
+        args: Bound<'_, PyTuple>,
+        kwargs: Option<Bound<'_, PyDict>>,
         message: &str,
     ) {
+        let mut inputs: Vec<Bound<'_, PyAny>> = args.iter().collect();
+        if let Some(kw) = kwargs {
+            inputs.extend(kw.values().iter());
+        }
         let (log, mut host) = self.split(py);
-        log.failed(&mut host, &mut recorder.inner, &func, message);
+        log.failed(&mut host, &mut recorder.inner, &func, &inputs, message);
     }
 
     /// Drops every reference and all step state.

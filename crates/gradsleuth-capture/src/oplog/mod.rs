@@ -540,8 +540,14 @@ impl<K, N> OpLog<K, N> {
             }
         }
         if !needs_grad.is_empty() {
+            // Where each input was first used by an op that records a graph: autograd may save
+            // any of them (an input batch is saved for the weight's gradient), so an in-place
+            // op on it later is matched to this use.
             let mut s = None;
-            for t in &needs_grad {
+            for t in needs_grad
+                .iter()
+                .chain(inputs.iter().filter(|_| out_needs_grad))
+            {
                 let ptr = h.addr(t);
                 if let std::collections::hash_map::Entry::Vacant(e) = self.consumed.entry(ptr) {
                     if s.is_none() {
@@ -894,6 +900,10 @@ impl<K, N> OpLog<K, N> {
         // The message names the tensor's node before or after the in-place op, sometimes
         // shortened ("Add" for AddBackward0).
         let names = |e: &&Inplace| {
+            if node.is_empty() {
+                // A tensor no node made (an input, a leaf): so was the in-place op's target.
+                return e.node.is_none() && e.prev_node.is_none();
+            }
             [e.prev_node.as_deref(), e.node.as_deref()]
                 .into_iter()
                 .flatten()
@@ -930,14 +940,33 @@ impl<K, N> OpLog<K, N> {
         true
     }
 
-    /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`.
+    /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`; an op
+    /// refusing a tensor made under `inference_mode` ("Inference tensors cannot be saved for
+    /// backward") stands in for the loss the step never reached, so the cuts its inputs carry
+    /// (the `inference_mode` block) are resolved as the loss's.
     pub fn failed<H: Host<Keeper = K, Kept = N>>(
         &mut self,
         h: &mut H,
         recorder: &mut Recorder,
         func: &H::Value,
+        inputs: &[H::Value],
         message: &str,
     ) {
+        if message.contains("Inference tensor") {
+            let mut tensors = Vec::new();
+            for a in inputs {
+                Self::tensors(h, a, &mut tensors);
+            }
+            for t in &tensors {
+                if let Some((ts, keeper)) = self.taint.get(&h.addr(t)) {
+                    if h.holds(keeper, t) {
+                        let ts = ts.clone();
+                        union(&mut self.loss_taint, &ts);
+                    }
+                }
+            }
+            return;
+        }
         if !message.contains("a leaf Variable that requires grad") {
             return;
         }

@@ -1,5 +1,7 @@
 //! GS100 `no_backward`: the run never called `backward()` or `torch.autograd.grad`.
 
+use std::collections::HashSet;
+
 use gradsleuth_model::{Finding, Severity};
 
 use super::Check;
@@ -14,8 +16,16 @@ fn run(ctx: &Context) -> Vec<Finding> {
     if !cap.backwards.is_empty() || cap.watch.as_ref().is_some_and(|w| w.steps > 0) {
         return Vec::new();
     }
-    // Every parameter is explained by this: nothing could reach it.
-    ctx.claim(ctx.facts.iter().map(|(t, _)| t.key));
+    // Every parameter is explained by this (nothing could reach it), except those behind a
+    // cut that made the forward fail (an op refusing a tensor made under `inference_mode`):
+    // that cut is the cause, told by its own check.
+    let cut: HashSet<u64> = cap.cuts.iter().flat_map(|c| c.params.iter().copied()).collect();
+    ctx.claim(
+        ctx.facts
+            .iter()
+            .map(|(t, _)| t.key)
+            .filter(|k| cap.error.is_none() || !cut.contains(k)),
+    );
     let what = if cap.root_calls == 0 {
         "no model forward and no backward() call were observed"
     } else {

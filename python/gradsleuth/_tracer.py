@@ -855,12 +855,15 @@ class Tracer:
             def observed(grad, _hook=hook):
                 out = _hook(grad)
                 # Judged once per tensor: a hook registered in a loop over parameters is one
-                # cause (the Recorder joins the reports of one line) naming every tensor.
+                # cause (the Recorder joins the reports of one line) naming every tensor. Only
+                # a non-zero incoming gradient can be judged: at the first step a zero-initialised
+                # head (torchvision's ViT, LoRA's B) sends zeros to everything below it.
                 gate = ("grad_hook", site, tensor_id)
                 if tracer.active and isinstance(out, torch.Tensor) and gate not in tracer._said:
-                    tracer._said.add(gate)
                     try:
-                        if not bool(out.any()) and bool(grad.any()):
+                        if bool(grad.any()):
+                            tracer._said.add(gate)
+                        if gate in tracer._said and not bool(out.any()):
                             t = tref()
                             keys = tracer._keys_upstream(t) if t is not None else []
                             tracer.rec.add_cut(

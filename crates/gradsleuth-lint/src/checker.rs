@@ -58,6 +58,23 @@ pub fn dotted(expr: &Expr) -> Option<String> {
     }
 }
 
+/// `self.x = Class(...)` / `self.x = nn.Linear(...)` among the statements (not nested scopes).
+fn builds_submodule(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Assign(a) => {
+            a.targets.iter().any(|t| {
+                matches!(t, Expr::Attribute(at) if matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self"))
+            }) && matches!(a.value.as_ref(), Expr::Call(c) if dotted(&c.func).is_some_and(|n| {
+                n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
+            }))
+        }
+        Stmt::If(i) => {
+            builds_submodule(&i.body) || i.elif_else_clauses.iter().any(|c| builds_submodule(&c.body))
+        }
+        _ => false,
+    })
+}
+
 /// `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (called or
 /// not, as a context manager or a decorator).
 pub fn disables_grad(expr: &Expr) -> bool {
@@ -109,16 +126,36 @@ impl<'a> Checker<'a> {
 
     pub fn check_module(&mut self, module: &'a ruff_python_ast::ModModule) {
         self.nn_prefix = nn_prefix(&module.body);
-        // Module subclasses first, so a class used before its definition is known.
+        // Module subclasses first, so a class used before its definition is known. A class
+        // that derives from a base this file does not define and has a `forward` is a module
+        // too (transformers' `PreTrainedModel`, `GradientCheckpointingLayer`, Lightning's
+        // `LightningModule`, any project base class imported from another file).
+        let local: HashSet<&str> = module
+            .body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::ClassDef(c) => Some(c.name.id.as_str()),
+                _ => None,
+            })
+            .collect();
         for _ in 0..3 {
             for stmt in &module.body {
                 if let Stmt::ClassDef(c) = stmt {
+                    // ... and that builds submodules of its own in `__init__` (a subclass that
+                    // only overrides `forward` of an unknown base says too little to judge).
+                    let has_forward = c.body.iter().any(
+                        |s| matches!(s, Stmt::FunctionDef(f) if f.name.id.as_str() == "forward"),
+                    ) && c.body.iter().any(|s| {
+                        matches!(s, Stmt::FunctionDef(f) if f.name.id.as_str() == "__init__" && builds_submodule(&f.body))
+                    });
                     let is_module = c.arguments.as_ref().is_some_and(|args| {
                         args.args.iter().any(|b| {
                             dotted(b).is_some_and(|n| {
                                 n == "Module"
                                     || n.ends_with("nn.Module")
                                     || self.module_classes.contains(&n)
+                                    || (has_forward
+                                        && !local.contains(n.rsplit('.').next().unwrap_or(&n)))
                             })
                         })
                     });

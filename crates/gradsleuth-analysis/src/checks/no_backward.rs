@@ -19,7 +19,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
     // Every parameter is explained by this (nothing could reach it), except those behind a
     // cut that made the forward fail (an op refusing a tensor made under `inference_mode`):
     // that cut is the cause, told by its own check.
-    let cut: HashSet<u64> = cap.cuts.iter().flat_map(|c| c.params.iter().copied()).collect();
+    let cut: HashSet<u64> = cap
+        .cuts
+        .iter()
+        .flat_map(|c| c.params.iter().copied())
+        .collect();
     ctx.claim(
         ctx.facts
             .iter()

@@ -64,6 +64,52 @@ fn run(ctx: &Context) -> Vec<Finding> {
             String::new()
         };
         ctx.claim(keys.iter().copied());
+        // The registered layer it stands in for: the one sibling of its class on the same
+        // module that never ran (`return nn.Linear(...)(h)` where `self.head(h)` was meant).
+        let siblings: Vec<_> = ctx
+            .capture
+            .modules
+            .iter()
+            .filter(|s| {
+                m.parent.is_some()
+                    && s.parent == m.parent
+                    && s.class == m.class
+                    && s.kind != ModuleKind::Orphan
+                    && s.runs == 0
+            })
+            .collect();
+        if let [registered] = siblings.as_slice() {
+            let own: Vec<u64> = ctx
+                .facts
+                .iter()
+                .filter(|(t, f)| t.module == Some(registered.key) && !f.learns() && !f.reached())
+                .map(|(t, _)| t.key)
+                .collect();
+            if !own.is_empty() {
+                ctx.claim(own.iter().copied());
+                let own_names = super::names(ctx, &own);
+                out.push(
+                    CHECK.finding(Severity::Error,
+                        format!(
+                            "A new `{}` is constructed inside {inside} instead of calling the registered `{}`: `{}` never runs, so its {} never learn, and the copy used in its place is re-initialised on every call{times} with no optimizer holding it.",
+                            m.class,
+                            module_name(registered),
+                            module_name(registered),
+                            plural(own.len(), "parameter")
+                        ),
+                    )
+                    .params(own_names)
+                    .at(loc)
+                    .related(super::module_assignment(ctx, registered), "the registered layer it should call")
+                    .chain([
+                        format!("{inside} builds a fresh `{}`", m.class),
+                        format!("`{}` is never called ✗", module_name(registered)),
+                    ])
+                    .fix(format!("Call `self.{}(...)` in forward instead of constructing a new `{}`.", registered.attr, m.class)),
+                );
+                continue;
+            }
+        }
         out.push(
             CHECK.finding(Severity::Error,
                 format!(
@@ -109,6 +155,31 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].location.as_ref().unwrap().line, 4);
         assert!(f[0].message.contains("2 fresh copies"));
+    }
+
+    #[test]
+    fn a_rebuild_in_place_of_a_registered_layer_names_that_layer() {
+        let mut s = healthy(2);
+        let file = s.source("class Net(nn.Module):\n    def __init__(self):\n        self.head = nn.Linear(4, 4)\n    def forward(self, x):\n        return nn.Linear(4, 4)(x)\n");
+        s.module(6, "Linear", "head", Some(1), ModuleKind::Registered, 0);
+        s.param(40, "head.weight", 6);
+        s.param(41, "head.bias", 6);
+        let m = s.module(5, "Linear", "Linear", Some(1), ModuleKind::Orphan, 2);
+        m.first_call = Some(Location {
+            function: Some("forward".into()),
+            ..Location::new(file, 5)
+        });
+        s.tensor(30, "<forward>.Linear.weight", 5, TensorKind::Orphan);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].params, vec!["head.weight", "head.bias"]);
+        assert_eq!(f[0].location.as_ref().unwrap().line, 5);
+        assert!(
+            f[0].message
+                .contains("instead of calling the registered `head`"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

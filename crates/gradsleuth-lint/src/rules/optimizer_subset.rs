@@ -87,6 +87,9 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
 
     fn visit_expr(&mut self, e: &'a Expr) {
         if let Expr::Call(c) = e {
+            if call_name(e).is_some_and(|n| n.to_ascii_lowercase().contains("freeze")) {
+                self.freezes = true;
+            }
             if let Expr::Attribute(a) = c.func.as_ref() {
                 if matches!(
                     a.attr.id.as_str(),
@@ -149,8 +152,23 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
             .values()
             .filter(|subs| used.iter().all(|u| subs.contains(*u)))
             .collect();
-        let [subs] = candidates.as_slice() else {
-            continue;
+        let subs = match candidates.as_slice() {
+            [subs] => *subs,
+            // A model whose class is not in this file (a library's, another file's): its
+            // other submodules are unknown, but when this is the only optimizer over it and the
+            // whole model runs (`model(x)`), the rest gets gradients nothing applies.
+            [] if !scan.classes.contains_key(root)
+                && scan.optimizers.len() == 1
+                && scan.ck.source.contains(&format!("{root}(")) =>
+            {
+                let used: Vec<String> = used.iter().map(|s| format!("`{root}.{s}`")).collect();
+                hits.push((
+                    *range,
+                    format!("everything of `{root}` but {}", used.join(", ")),
+                ));
+                continue;
+            }
+            _ => continue,
         };
         let missing: Vec<&String> = subs
             .iter()
@@ -192,6 +210,20 @@ mod tests {
     fn flags_a_left_out_submodule() {
         let src = format!("{DETECTOR}def build(model):\n    groups = [{{'params': model.backbone.parameters(), 'lr': 1e-4}}, {{'params': model.head.parameters()}}]\n    return torch.optim.SGD(groups, lr=1e-3)\n");
         assert_eq!(codes(&src), vec![("GS323".into(), 14)]);
+    }
+
+    #[test]
+    fn an_optimizer_over_one_part_of_a_model_from_elsewhere() {
+        let src = "import torch\nfrom torchvision.models import resnet18\n\nmodel = resnet18(num_classes=10)\noptimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)\nfor x, y in data:\n    loss = crit(model(x), y)\n    loss.backward()\n    optimizer.step()\n";
+        assert_eq!(codes(src), vec![("GS323".into(), 5)]);
+        // Linear probing with the backbone frozen, or a second optimizer for the rest: fine.
+        let frozen = src.replace("optimizer = ", "freeze_backbone(model)\noptimizer = ");
+        assert!(codes(&frozen).is_empty());
+        let two = src.replace(
+            "optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)",
+            "optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)\nbody = torch.optim.SGD(model.layer4.parameters(), lr=0.01)",
+        );
+        assert!(codes(&two).is_empty());
     }
 
     #[test]

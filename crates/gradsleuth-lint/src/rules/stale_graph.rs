@@ -50,6 +50,10 @@ const PLAIN_CALLS: &[&str] = &[
     "time",
     "perf_counter",
 ];
+/// Namespaces whose functions compute on data, not through a model's parameters.
+const DATA_MODULES: &[&str] = &[
+    "torch", "F", "nn", "np", "numpy", "math", "random", "time", "os", "rpc", "dist",
+];
 /// Methods whose result has no graph attached.
 const CUT_METHODS: &[&str] = &["detach", "item", "tolist", "numpy", "detach_"];
 
@@ -91,9 +95,17 @@ impl<'a> Visitor<'a> for Reads {
         match e {
             Expr::Name(n) if n.ctx == ExprContext::Load => self.names.push(n.id.to_string()),
             Expr::Call(c) => {
+                // A call that can carry parameters' graph: a model, a loss function, a method
+                // of one (`model(x, h)`, `self.encoder(x)`, `loss_fn(...)`), not a torch or
+                // NumPy function of data (`torch.randperm`, `np.clip`) nor a builtin.
                 let plain = match c.func.as_ref() {
                     Expr::Name(n) => PLAIN_CALLS.contains(&n.id.as_str()),
-                    Expr::Attribute(a) => PLAIN_CALLS.contains(&a.attr.id.as_str()),
+                    Expr::Attribute(a) => {
+                        PLAIN_CALLS.contains(&a.attr.id.as_str())
+                            || crate::checker::dotted(&a.value).is_some_and(|d| {
+                                DATA_MODULES.contains(&d.split('.').next().unwrap_or(""))
+                            })
+                    }
                     _ => false,
                 };
                 if let Expr::Attribute(a) = c.func.as_ref() {
@@ -106,6 +118,10 @@ impl<'a> Visitor<'a> for Reads {
                 self.calls |= !plain;
             }
             Expr::Lambda(_) => return,
+            // `tuple(s.detach() for s in state)`: every element is cut, so is the whole.
+            Expr::Generator(g) if is_cut_call(&g.elt) => return,
+            Expr::ListComp(g) if is_cut_call(&g.elt) => return,
+            Expr::SetComp(g) if is_cut_call(&g.elt) => return,
             _ => {}
         }
         visitor::walk_expr(self, e);
@@ -240,15 +256,18 @@ pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
         if steps[last].cut {
             continue;
         }
-        // A graph: the assignment calls a model/loss, or depends on what the loss depends on.
-        let mut graph = false;
+        // A graph: the value comes from this iteration's loss computation, through a step
+        // that feeds the loss and calls a model or loss function (an augmentation of the
+        // input or a counter carried over holds no graph).
+        let carries =
+            |d: usize| steps[d].calls && (in_slice.contains(&d) || backwards.contains(&d));
+        let mut graph = carries(last);
         let mut todo: Vec<(String, usize)> = steps[last]
             .reads
             .iter()
             .map(|n| (n.clone(), last))
             .collect();
         let mut seen = HashSet::new();
-        graph |= steps[last].calls;
         while let Some((n, at)) = todo.pop() {
             if graph || !seen.insert((n.clone(), at)) {
                 continue;
@@ -257,7 +276,7 @@ pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
                 if steps[d].cut {
                     continue;
                 }
-                graph |= steps[d].calls || in_slice.contains(&d) || backwards.contains(&d);
+                graph |= carries(d);
                 todo.extend(steps[d].reads.iter().map(|x| (x.clone(), d)));
             }
         }
@@ -320,9 +339,14 @@ mod tests {
             "hidden = None\nfor x, y in data:\n    if hidden is not None:\n        hidden = hidden.detach()\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n",
             "hidden = init()\nfor x, y in data:\n    hidden = repackage_hidden(hidden)\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n",
             "for x, y in data:\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n    hidden = hidden.detach()\n",
+            "state = None\nfor x, y in data:\n    out, state = model(x, state)\n    state = tuple(s.detach() for s in state)\n    loss = crit(out, y)\n    loss.backward()\n",
             "n = 0\ntotal = 0.0\nfor x in data:\n    n = n + 1\n    loss = model(x).sum() / n\n    loss.backward()\n    total += loss.item()\n",
             "ema = None\nfor x in data:\n    loss = model(x).sum()\n    loss.backward()\n    ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()\n",
             "for step in range(10):\n    loss = model(make_batch(step)).sum()\n    loss.backward()\n    opt.step()\n",
+            // An input shuffled or augmented for the next iteration, a model fetched again.
+            "for idx in range(3):\n    loss = model(input).sum()\n    loss.backward()\n    input = input[torch.randperm(4)]\n",
+            "for x in data:\n    x = x + torch.randn_like(x) * noise\n    loss = model(x).sum()\n    loss.backward()\n",
+            "for batch in data:\n    loss_fn(m(batch)).backward()\n    m = rpc.rpc_sync(owner, update, args=(grads,))\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));

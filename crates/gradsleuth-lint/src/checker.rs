@@ -179,6 +179,7 @@ impl<'a> Checker<'a> {
         rules::optimizer_before_replace::check(self, &module.body, &replacing);
         self.replacing = replacing;
         rules::optimizer_subset::check(self, module);
+        rules::stale_graph::check_block(self, &module.body);
         rules::inplace_param::check(self, module);
         for cut in crate::flow::Flow::run(self, module) {
             rules::dispatch_cut(self, &cut);
@@ -400,6 +401,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::optimizer_before_replace::check(self, &f.body, &replacing);
                 self.replacing = replacing;
                 rules::inplace_saved::check(self, f);
+                rules::stale_graph::check_block(self, &f.body);
                 visitor::walk_stmt(self, stmt);
                 self.functions.pop();
                 return;

@@ -189,6 +189,89 @@ impl SourceCache {
             .map(|i| i as u32 + 1)
     }
 
+    /// Whether the value a call at `line` assigns (`out = self.decoder(...)`) is ever read in
+    /// its function: [`DeadStore::Overwritten`] when the next mention of the name, at the
+    /// call's indentation or less, assigns it anew without reading it (`out = tgt`);
+    /// [`DeadStore::NeverUsed`] when nothing after the call (nor, in a loop, before it) reads
+    /// it. None when it is read, when the call assigns no single name, or when unsure (a
+    /// rebinding inside a branch).
+    pub fn dead_store(&mut self, file: &str, line: u32) -> Option<DeadStore> {
+        let lines = self.lines(file)?;
+        let at = (line as usize)
+            .checked_sub(1)
+            .filter(|i| *i < lines.len())?;
+        let text = strip_comment(&lines[at]);
+        let (target, rhs) = text.split_once('=')?;
+        let name = target.trim();
+        if rhs.starts_with('=')
+            || name.is_empty()
+            || !name.chars().all(|c| c.is_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return None;
+        }
+        let def = enclosing(&lines, line).find(|&i| {
+            let t = lines[i].trim_start();
+            t.starts_with("def ") || t.starts_with("async def ")
+        })?;
+        let loop_head = enclosing(&lines, line).take_while(|&i| i > def).find(|&i| {
+            let t = lines[i].trim_start();
+            t.starts_with("for ") || t.starts_with("while ") || t.starts_with("async for ")
+        });
+        let def_indent = indentation(&lines[def]);
+        let call_indent = indentation(&lines[at]);
+        // The end of the call's statement: brackets balanced.
+        let mut depth = 0i32;
+        let mut end = at;
+        for (i, l) in lines.iter().enumerate().skip(at) {
+            for c in strip_comment(l).chars() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            end = i;
+            if depth <= 0 {
+                break;
+            }
+        }
+        let mentions = |l: &str| word_positions(strip_comment(l), name);
+        // In a loop, the next iteration may read it above the call.
+        if let Some(head) = loop_head {
+            if (head..at).any(|i| !mentions(&lines[i]).is_empty()) {
+                return None;
+            }
+        }
+        for (i, l) in lines.iter().enumerate().skip(end + 1) {
+            let t = l.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            if indentation(l) <= def_indent {
+                break;
+            }
+            let found = mentions(l);
+            if found.is_empty() {
+                continue;
+            }
+            let code = strip_comment(l);
+            let rebinds = code.trim_start().starts_with(name)
+                && code.trim_start()[name.len()..]
+                    .trim_start()
+                    .starts_with('=')
+                && !code.trim_start()[name.len()..]
+                    .trim_start()
+                    .starts_with("==")
+                && found.len() == 1;
+            if rebinds && indentation(l) <= call_indent {
+                return Some(DeadStore::Overwritten(i as u32 + 1, name.to_owned()));
+            }
+            return None;
+        }
+        Some(DeadStore::NeverUsed(name.to_owned()))
+    }
+
     /// A location with its snippet and the column of the first non-blank character.
     pub fn location(&mut self, file: &str, line: u32) -> Location {
         let mut loc = Location::new(file, line);
@@ -198,6 +281,29 @@ impl SourceCache {
         }
         loc
     }
+}
+
+/// How a call's assigned value dies unread (see [`SourceCache::dead_store`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadStore {
+    /// Rebound at this line (1-based) before any read.
+    Overwritten(u32, String),
+    /// Never read.
+    NeverUsed(String),
+}
+
+/// Byte offsets where `word` stands in `line` as a whole identifier (not an attribute).
+fn word_positions(line: &str, word: &str) -> Vec<usize> {
+    let b = line.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    line.match_indices(word)
+        .map(|(i, _)| i)
+        .filter(|&i| {
+            let before = i.checked_sub(1).map(|j| b[j]);
+            let after = b.get(i + word.len()).copied();
+            !before.is_some_and(|c| ident(c) || c == b'.') && !after.is_some_and(ident)
+        })
+        .collect()
 }
 
 /// Indices of the lines that open the blocks around `line` (1-based), innermost first: going
@@ -305,6 +411,35 @@ mod branch_tests {
         let mut s = super::SourceCache::new();
         assert_eq!(s.enclosing_branch(f, 6), Some(4));
         assert_eq!(s.enclosing_branch(f, 3), None);
+    }
+
+    #[test]
+    fn a_module_output_overwritten_or_never_read() {
+        use super::DeadStore;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.py");
+        std::fs::write(
+            &f,
+            "class T:\n    def forward(self, src, tgt):\n        memory = self.encoder(src)\n        output = self.decoder(\n            tgt, memory,\n        )\n        output = tgt\n        return output\n\n    def head(self, x):\n        feats = self.backbone(x)\n        return self.fc(x)\n\n    def fine(self, x):\n        h = self.a(x)\n        if x.any():\n            h = x\n        return h\n\n    def loop(self, x):\n        h = x\n        for b in self.blocks:\n            out = b(h)\n            h = out.relu()\n        return h\n",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.dead_store(f, 3), None);
+        assert_eq!(
+            s.dead_store(f, 4),
+            Some(DeadStore::Overwritten(7, "output".into()))
+        );
+        assert_eq!(
+            s.dead_store(f, 11),
+            Some(DeadStore::NeverUsed("feats".into()))
+        );
+        assert_eq!(
+            s.dead_store(f, 15),
+            None,
+            "a rebinding inside a branch is not certain"
+        );
+        assert_eq!(s.dead_store(f, 23), None);
     }
 
     #[test]

@@ -246,6 +246,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 .fix("Nothing to fix; under DDP, skipped layers need `find_unused_parameters=True` (or `static_graph=False`)."),
         );
     }
+    out.extend(dead_outputs(ctx));
     for ((mk, attr), keys) in unread {
         let Some(m) = ctx.capture.module(mk) else {
             continue;
@@ -260,6 +261,143 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .at(super::attr_assignment(ctx, m, &attr))
             .related(ctx.locate(m.forward_def.as_ref()), "forward does not use it")
             .fix(format!("Use `self.{attr}` in `{}.forward`, or delete it.", m.class)),
+        );
+    }
+    out
+}
+
+/// Is `a` `m` or one of its ancestors?
+fn within(ctx: &Context, m: &ModuleRec, a: u64) -> bool {
+    let mut cur = Some(m);
+    let mut guard = 0;
+    while let Some(c) = cur {
+        if c.key == a {
+            return true;
+        }
+        guard += 1;
+        if guard > 1000 {
+            return false;
+        }
+        cur = c.parent.and_then(|p| ctx.capture.module(p));
+    }
+    false
+}
+
+/// Modules that ran with recording on and whose output never reached the loss, because the
+/// code that called them dropped it: the value their call assigned is overwritten before it
+/// is read (`output = self.decoder(...)` then `output = tgt`), or never read at all (a head
+/// fed the input instead of the features). Every parameter upstream of the dropped output
+/// that no gradient reached is named, at the line that drops it.
+fn dead_outputs(ctx: &Context) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut left: std::collections::BTreeMap<u64, &ModuleRec> = Default::default();
+    for (t, f) in trainable_params(ctx) {
+        if ctx.is_claimed(t.key)
+            || f.reached()
+            || f.status != gradsleuth_model::ParamStatus::GradNone
+        {
+            continue;
+        }
+        if let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) {
+            if m.runs > 0 && m.runs_no_grad < m.runs {
+                left.insert(t.key, m);
+            }
+        }
+    }
+    if left.is_empty() {
+        return out;
+    }
+    // Candidates: modules that ran, outermost first (fewest ancestors).
+    let depth = |m: &ModuleRec| {
+        let mut d = 0;
+        let mut cur = m.parent.and_then(|p| ctx.capture.module(p));
+        while let Some(c) = cur {
+            d += 1;
+            if d > 1000 {
+                break;
+            }
+            cur = c.parent.and_then(|p| ctx.capture.module(p));
+        }
+        d
+    };
+    let mut candidates: Vec<&ModuleRec> = ctx
+        .capture
+        .modules
+        .iter()
+        .filter(|m| m.runs > 0 && m.first_call.is_some() && Some(m.key) != m.root)
+        .filter(|m| left.values().any(|pm| within(ctx, pm, m.key)))
+        .collect();
+    candidates.sort_by_key(|m| depth(m));
+    for m in candidates {
+        if left.is_empty() {
+            break;
+        }
+        // Every trainable parameter below `m` is unreached: its output went nowhere.
+        let below_reached = trainable_params(ctx).any(|(t, f)| {
+            f.reached()
+                && t.module
+                    .and_then(|k| ctx.capture.module(k))
+                    .is_some_and(|pm| within(ctx, pm, m.key))
+        });
+        if below_reached {
+            continue;
+        }
+        let Some(call) = m.first_call.as_ref() else {
+            continue;
+        };
+        let Some(dead) = ctx.source.borrow_mut().dead_store(&call.file, call.line) else {
+            continue;
+        };
+        // What the dropped value fed: the module's siblings that only fed it are upstream of
+        // it in the same parent (an encoder whose memory only the decoder read).
+        let scope = m.parent.unwrap_or(m.key);
+        let keys: Vec<u64> = left
+            .iter()
+            .filter(|(_, pm)| within(ctx, pm, scope))
+            .map(|(k, _)| *k)
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        for k in &keys {
+            left.remove(k);
+        }
+        ctx.claim(keys.iter().copied());
+        let names = super::names(ctx, &keys);
+        let call_loc = ctx.locate(Some(call));
+        let (loc, how, name) = match &dead {
+            gradsleuth_source::DeadStore::Overwritten(line, name) => {
+                let loc = ctx.source.borrow_mut().location(&call.file, *line);
+                (
+                    ctx.locate(Some(&loc)),
+                    "is overwritten here before it is read".to_owned(),
+                    name.clone(),
+                )
+            }
+            gradsleuth_source::DeadStore::NeverUsed(name) => {
+                (call_loc.clone(), "is never read".to_owned(), name.clone())
+            }
+        };
+        out.push(
+            CHECK
+                .finding(
+                    Severity::Error,
+                    format!(
+                        "`{}` runs, but its output `{name}` {how}: nothing it computes reaches the loss, so {} never {} a gradient.",
+                        module_name(m),
+                        super::name_list(&names),
+                        if names.len() == 1 { "gets" } else { "get" }
+                    ),
+                )
+                .params(names)
+                .at(loc)
+                .related(call_loc, format!("`{}` is called here", module_name(m)))
+                .chain([
+                    format!("`{name}` = {}(...)", module_name(m)),
+                    format!("`{name}` dropped ✗"),
+                    "no path to the loss".into(),
+                ])
+                .fix(format!("Use `{name}` where the computation continues (or remove the call if its result is not needed).")),
         );
     }
     out
@@ -298,6 +436,21 @@ mod tests {
         let f = s.run(&CHECK);
         assert_eq!(f[0].severity, Severity::Warning);
         assert!(f[0].message.contains("2 of 4"));
+    }
+
+    #[test]
+    fn an_output_overwritten_before_use_is_named_at_the_overwrite() {
+        let mut s = healthy(3);
+        let file = s.source("class Net(nn.Module):\n    def forward(self, x):\n        h = self.fc(x)\n        out = self.aux(h)\n        out = h\n        return out\n");
+        let m = s.module(3, "Linear", "aux", Some(1), ModuleKind::Registered, 3);
+        m.first_call = Some(gradsleuth_model::Location::new(file, 4));
+        s.param(20, "aux.weight", 3);
+        s.capture.optimizers[0].params.push(20);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].params, vec!["aux.weight"]);
+        assert_eq!(f[0].location.as_ref().unwrap().line, 5);
+        assert!(f[0].message.contains("overwritten"), "{}", f[0].message);
     }
 
     #[test]

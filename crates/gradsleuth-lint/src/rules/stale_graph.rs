@@ -65,6 +65,8 @@ struct Step {
     writes: Vec<String>,
     cut: bool,
     calls: bool,
+    /// The value is an object built by a class (`GradScaler()`, `Net()`): no tensor.
+    construct: bool,
     backward: Vec<String>,
 }
 
@@ -116,6 +118,17 @@ impl<'a> Visitor<'a> for Reads {
                     }
                 }
                 self.calls |= !plain;
+                // A name only called (`model(x)`) is a module or a function, not a value
+                // that carries a graph: read its arguments only.
+                if matches!(c.func.as_ref(), Expr::Name(_)) {
+                    for a in c.arguments.args.iter() {
+                        self.visit_expr(a);
+                    }
+                    for k in c.arguments.keywords.iter() {
+                        self.visit_expr(&k.value);
+                    }
+                    return;
+                }
             }
             Expr::Lambda(_) => return,
             // `tuple(s.detach() for s in state)`: every element is cut, so is the whole.
@@ -146,8 +159,14 @@ fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) 
     if aug {
         r.names.extend(writes.iter().cloned());
     }
+    let construct = value.is_some_and(|v| {
+        matches!(v, Expr::Call(c) if crate::checker::dotted(&c.func).is_some_and(|n| {
+            n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
+        }))
+    });
     Step {
         range,
+        construct,
         cut: value.is_some_and(is_cut_call),
         reads: r.names,
         writes,
@@ -197,6 +216,11 @@ fn flatten(body: &[Stmt], out: &mut Vec<Step>) {
                     flatten(&c.body, out);
                 }
             }
+            // Values made under `no_grad` carry no graph: left out.
+            Stmt::With(w)
+                if w.items
+                    .iter()
+                    .any(|i| crate::checker::disables_grad(&i.context_expr)) => {}
             Stmt::With(w) => flatten(&w.body, out),
             Stmt::Try(t) => {
                 flatten(&t.body, out);
@@ -208,24 +232,24 @@ fn flatten(body: &[Stmt], out: &mut Vec<Step>) {
     }
 }
 
-pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
-    let mut steps = Vec::new();
-    flatten(body, &mut steps);
-    let backwards: Vec<usize> = (0..steps.len())
-        .filter(|&i| !steps[i].backward.is_empty())
-        .collect();
-    if backwards.is_empty() {
-        return;
-    }
-    let defs = |name: &str, before: usize| {
-        (0..before)
-            .rev()
-            .find(|&j| steps[j].writes.iter().any(|w| w == name))
-    };
-    // (name, the step that reads it before the body assigns it)
+/// The step before `before` that last assigns `name`.
+fn last_def(steps: &[Step], name: &str, before: usize) -> Option<usize> {
+    (0..before)
+        .rev()
+        .find(|&j| steps[j].writes.iter().any(|w| w == name))
+}
+
+/// One iteration's backward slice: the names it reads before the body assigns them (with the
+/// step that reads them), and the steps it passes through.
+fn slice(
+    steps: &[Step],
+    backwards: &[usize],
+    loop_targets: &[String],
+) -> (HashMap<String, usize>, HashSet<usize>) {
+    let defs = |name: &str, before: usize| last_def(steps, name, before);
     let mut carried: HashMap<String, usize> = HashMap::new();
     let mut in_slice: HashSet<usize> = HashSet::new();
-    for &b in &backwards {
+    for &b in backwards {
         let mut todo: Vec<(String, usize)> =
             steps[b].backward.iter().map(|n| (n.clone(), b)).collect();
         let mut seen: HashSet<(String, usize)> = HashSet::new();
@@ -247,6 +271,24 @@ pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
             }
         }
     }
+    (carried, in_slice)
+}
+
+fn loop_steps(body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {
+    let mut steps = Vec::new();
+    flatten(body, &mut steps);
+    let backwards: Vec<usize> = (0..steps.len())
+        .filter(|&i| !steps[i].backward.is_empty())
+        .collect();
+    (!backwards.is_empty()).then_some((steps, backwards))
+}
+
+pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
+    let Some((steps, backwards)) = loop_steps(body) else {
+        return;
+    };
+    let defs = |name: &str, before: usize| last_def(&steps, name, before);
+    let (carried, in_slice) = slice(&steps, &backwards, loop_targets);
     let mut found: Vec<(String, usize, usize)> = Vec::new();
     for (name, read) in carried {
         // The value the next iteration sees: the body's last assignment of the name.
@@ -304,6 +346,62 @@ pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
     }
 }
 
+/// Loops of a block whose loss reads a value computed *before* the loop with a model's graph
+/// (`prototypes = encoder(support)` then `loss(encoder(q), prototypes)` in every step): the
+/// second iteration's backward goes through the graph the first one freed.
+pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
+    // The block flattened once; `seen` steps precede the statement at hand.
+    let mut before: Vec<Step> = Vec::new();
+    for stmt in block {
+        let seen = before.len();
+        flatten(std::slice::from_ref(stmt), &mut before);
+        let (targets, body) = match stmt {
+            Stmt::For(f) => (loop_targets(&f.target), &f.body),
+            Stmt::While(w) => (Vec::new(), &w.body),
+            _ => continue,
+        };
+        let Some((steps, backwards)) = loop_steps(body) else {
+            continue;
+        };
+        let (entering, _) = slice(&steps, &backwards, &targets);
+        let mut found: Vec<(String, usize, usize)> = entering
+            .into_iter()
+            .filter(|(name, _)| last_def(&steps, name, steps.len()).is_none())
+            .filter_map(|(name, read)| {
+                let d = last_def(&before, &name, seen)?;
+                (before[d].calls && !before[d].cut && !before[d].construct)
+                    .then_some((name, d, read))
+            })
+            .collect();
+        // A frozen model's output has no graph; lint cannot tell which model was frozen.
+        // (Read only here: a file has many blocks, few loops that qualify.)
+        if found.is_empty()
+            || ck.source.contains("requires_grad_(False)")
+            || ck.source.contains("requires_grad = False")
+        {
+            continue;
+        }
+        found.sort_by_key(|(_, d, _)| *d);
+        for (name, d, read) in found {
+            let loc = ck.location(&before[d].range);
+            let read_loc = ck.location(&steps[read].range);
+            let backward = backwards
+                .iter()
+                .find(|&&b| b >= read)
+                .map(|&b| ck.location(&steps[b].range));
+            ck.report(
+                RULE.finding(format!(
+                    "`{name}` is computed once before the loop, with its graph, and every iteration's loss uses it: the second `backward()` goes through a graph the first one freed (\"Trying to backward through the graph a second time\")."
+                ))
+                .at(Some(loc))
+                .related(Some(read_loc), format!("each iteration reads `{name}` here"))
+                .related(backward, "the backward that fails from the second iteration on")
+                .fix(format!("Compute `{name}` inside the loop, or under `torch.no_grad()` (or `.detach()` it) if it is a fixed target.")),
+            );
+        }
+    }
+}
+
 /// The names a `for` target binds.
 pub fn loop_targets(target: &Expr) -> Vec<String> {
     let mut out = Vec::new();
@@ -331,6 +429,21 @@ mod tests {
     fn a_running_sum_that_is_backpropagated() {
         let src = "running = 0\nfor x in data:\n    running += loss_fn(model(x))\n    running.backward()\n";
         assert_eq!(codes(src), vec![("GS324".into(), 3)]);
+    }
+
+    #[test]
+    fn prototypes_computed_once_before_the_loop() {
+        let src = "prototypes = encoder(support).mean(1)\nfor step in range(3):\n    logits = -torch.cdist(encoder(query), prototypes)\n    loss = F.cross_entropy(logits, labels)\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 1)]);
+        let ok = [
+            "with torch.no_grad():\n    prototypes = encoder(support).mean(1)\nfor step in range(3):\n    loss = F.cross_entropy(-torch.cdist(encoder(query), prototypes), labels)\n    loss.backward()\n",
+            "prototypes = encoder(support).mean(1).detach()\nfor step in range(3):\n    loss = F.cross_entropy(-torch.cdist(encoder(query), prototypes), labels)\n    loss.backward()\n",
+            "teacher.requires_grad_(False)\ntargets = teacher(x)\nfor step in range(3):\n    loss = mse(student(x), targets)\n    loss.backward()\n",
+            "scale = torch.tensor(2.0)\nfor step in range(3):\n    loss = model(x).sum() * scale\n    loss.backward()\n",
+        ];
+        for src in ok {
+            assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));
+        }
     }
 
     #[test]

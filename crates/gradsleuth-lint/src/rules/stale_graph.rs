@@ -367,6 +367,7 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
         let mut found: Vec<(String, usize, usize)> = entering
             .into_iter()
             .filter(|(name, _)| last_def(&steps, name, steps.len()).is_none())
+            .filter(|(name, _)| !is_module_like(ck, name))
             .filter_map(|(name, read)| {
                 let d = last_def(&before, &name, seen)?;
                 (before[d].calls && !before[d].cut && !before[d].construct)
@@ -400,6 +401,24 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
             );
         }
     }
+}
+
+/// A name the file treats as a module or an optimizer (`model.parameters()`, `model.train()`,
+/// `opt.zero_grad()`): passed to the loss helper, it is not a value with a graph.
+fn is_module_like(ck: &Checker, name: &str) -> bool {
+    [
+        "parameters(",
+        "named_parameters(",
+        "train(",
+        "eval(",
+        "state_dict(",
+        "zero_grad(",
+        "modules(",
+        "children(",
+        "requires_grad_(",
+    ]
+    .iter()
+    .any(|m| ck.source.contains(&format!("{name}.{m}")))
 }
 
 /// The names a `for` target binds.
@@ -440,6 +459,7 @@ mod tests {
             "prototypes = encoder(support).mean(1).detach()\nfor step in range(3):\n    loss = F.cross_entropy(-torch.cdist(encoder(query), prototypes), labels)\n    loss.backward()\n",
             "teacher.requires_grad_(False)\ntargets = teacher(x)\nfor step in range(3):\n    loss = mse(student(x), targets)\n    loss.backward()\n",
             "scale = torch.tensor(2.0)\nfor step in range(3):\n    loss = model(x).sum() * scale\n    loss.backward()\n",
+            "model = models.resnet18(num_classes=10)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor b in data:\n    loss = compute_loss(model, b)\n    loss.backward()\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));

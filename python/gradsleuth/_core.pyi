@@ -17,7 +17,7 @@ Loc = tuple[str | None, int | None, str | None]
 Phase = Literal["forward", "backward", "step", "done"]
 BackwardKind = Literal["backward", "grad"]
 ZeroGradTarget = Literal["optimizer", "module"]
-TracerCut = Literal["grad_clip", "grad_hook", "stale_tensor"]
+TracerCut = Literal["grad_clip", "grad_hook", "stale_tensor", "no_grad"]
 
 class ModuleKind:
     """What a module is to its model."""

@@ -140,6 +140,9 @@ class Tracer:
         self._pending_pop: list = []
         self._scanned: set[int] = set()
         self._said: set = set()
+        # Where `torch.inference_mode()` blocks were entered while observing (the last one).
+        self._inference_site: tuple = (None, None, None)
+        self._inference_keys: list[int] = []
         self._rearmed = False
         self._exact_before: dict[int, dict[int, float]] = {}
         self._deep_since = 0
@@ -227,7 +230,22 @@ class Tracer:
         self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
         self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
         self._watch_freezing()
+        mode = getattr(getattr(torch.autograd, "grad_mode", None), "inference_mode", None)
+        if mode is not None:
+            self._patch(mode, "__enter__", self._wrap_inference_enter)
         return self
+
+    def _wrap_inference_enter(self, original):
+        """Where `inference_mode` is entered: a model built or loaded under it has inference
+        tensors for parameters, and training it fails in its first forward."""
+        tracer = self
+
+        def __enter__(ctx, *args, **kwargs):
+            if tracer.active and getattr(ctx, "mode", True):
+                tracer._inference_site = site_of(sys._getframe(1))
+            return original(ctx, *args, **kwargs)
+
+        return __enter__
 
     def _watch_freezing(self):
         """Where parameters get frozen: `nn.Parameter` gets a `requires_grad` property (torch's
@@ -505,7 +523,18 @@ class Tracer:
             name = _variable_name(module, frame) or type(module).__name__
         self._roots[key] = weakref.ref(module)
         self._root_names[key] = name
+        self._inference_keys = []
         self._scan(module, key, prefix="", hook=True)
+        if self._inference_keys:
+            # Parameters made under `inference_mode` can never be trained: no backward can
+            # record through them ("Inference tensors cannot be saved for backward").
+            self.rec.add_cut(
+                kind="no_grad",
+                op="torch.inference_mode",
+                site=self._inference_site,
+                params=self._inference_keys,
+                step=self._step_number(),
+            )
 
     def _rebuilt(self) -> set[int]:
         """Keys of orphan modules seen as several objects (rebuilt on every call)."""
@@ -623,6 +652,8 @@ class Tracer:
 
     def _tensor(self, t, tkey, name, kind, module, attr, hook):
         self._scanned.add(tkey)
+        if hook and t.requires_grad and t.is_inference():
+            self._inference_keys.append(tkey)
         self.rec.tensor(
             key=tkey,
             name=name,

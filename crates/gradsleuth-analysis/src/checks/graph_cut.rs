@@ -30,7 +30,14 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         code: "GS203",
-        what: |_, who| format!("{who} ran with gradient recording disabled (`torch.no_grad()`/`inference_mode`), so its output has no history and it never gets a gradient."),
+        what: |op, who| {
+            if op == "torch.inference_mode" {
+                // The tracer's record of parameters made under `inference_mode`.
+                format!("{who} was built or loaded under `torch.inference_mode()`: its parameters are inference tensors, which autograd can never record through (\"Inference tensors cannot be saved for backward\"), so it cannot be trained; build or load it outside `inference_mode` (or under `torch.no_grad()`).")
+            } else {
+                format!("{who} ran with gradient recording disabled (`torch.no_grad()`/`inference_mode`), so its output has no history and it never gets a gradient.")
+            }
+        },
         fix: "Take this computation out of the `no_grad` block (keep `no_grad` for evaluation and target computations only).",
     },
     Kind {

@@ -79,10 +79,35 @@ fn run(ctx: &Context) -> Vec<Finding> {
             })
             .collect();
         if let [registered] = siblings.as_slice() {
+            // Every instance of the parent's class runs the same forward: the same registered
+            // layer is bypassed in each (every attention layer of an encoder).
+            let parent_class = m
+                .parent
+                .and_then(|p| ctx.capture.module(p))
+                .map(|p| p.class.as_str());
+            let bypassed: Vec<u64> = ctx
+                .capture
+                .modules
+                .iter()
+                .filter(|s| {
+                    s.key == registered.key
+                        || (s.class == registered.class
+                            && s.attr == registered.attr
+                            && s.kind != ModuleKind::Orphan
+                            && s.runs == 0
+                            && s.parent
+                                .and_then(|p| ctx.capture.module(p))
+                                .map(|p| p.class.as_str())
+                                == parent_class)
+                })
+                .map(|s| s.key)
+                .collect();
             let own: Vec<u64> = ctx
                 .facts
                 .iter()
-                .filter(|(t, f)| t.module == Some(registered.key) && !f.learns() && !f.reached())
+                .filter(|(t, f)| {
+                    t.module.is_some_and(|k| bypassed.contains(&k)) && !f.learns() && !f.reached()
+                })
                 .map(|(t, _)| t.key)
                 .collect();
             if !own.is_empty() {
@@ -91,10 +116,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 out.push(
                     CHECK.finding(Severity::Error,
                         format!(
-                            "A new `{}` is constructed inside {inside} instead of calling the registered `{}`: `{}` never runs, so its {} never learn, and the copy used in its place is re-initialised on every call{times} with no optimizer holding it.",
+                            "A new `{}` is constructed inside {inside} instead of calling the registered `{}`: {} never runs, so its {} never learn, and the copy used in its place is re-initialised on every call{times} with no optimizer holding it.",
                             m.class,
                             module_name(registered),
-                            module_name(registered),
+                            if bypassed.len() > 1 {
+                                format!("`self.{}` (in each of the {} instances)", registered.attr, bypassed.len())
+                            } else {
+                                format!("`{}`", module_name(registered))
+                            },
                             plural(own.len(), "parameter")
                         ),
                     )

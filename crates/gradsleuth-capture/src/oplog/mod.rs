@@ -414,9 +414,21 @@ impl<K, N> OpLog<K, N> {
         }
         let mut site: Option<Option<Site>> = None;
         let value_exit = kind == Kind::ValueExit;
+        // A view made with recording off (`logits.reshape(...)` under `no_grad`) still says it
+        // requires grad, but it has no history: backward stops at it as at a leaf.
+        // (Not an in-place op on the input itself: `p.normal_()` under `no_grad` initialises.)
+        let leaf_view = out_needs_grad
+            && !inplace
+            && !needs_grad.is_empty()
+            && matches!(kind, Kind::Plain | Kind::Saturating | Kind::NonDiff)
+            && !h.grad_enabled()?
+            && outputs.iter().all(|o| {
+                !inputs.iter().any(|i| h.addr(i) == h.addr(o))
+                    && h.grad_fn(o).is_ok_and(|g| g.is_none())
+            });
         if kind != Kind::Ignore
             && !needs_grad.is_empty()
-            && (value_exit || (!outputs.is_empty() && !out_needs_grad))
+            && (value_exit || leaf_view || (!outputs.is_empty() && !out_needs_grad))
         {
             let grad_enabled = h.grad_enabled()?;
             let mut related = Vec::new();

@@ -328,22 +328,55 @@ pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
     }
     found.sort_by_key(|(_, last, _)| steps[*last].range.start());
     for (name, last, read) in found {
-        let loc = ck.location(&steps[last].range);
-        let read_loc = ck.location(&steps[read].range);
-        let backward = backwards
-            .iter()
-            .find(|&&b| b >= read)
-            .map(|&b| ck.location(&steps[b].range));
-        ck.report(
-            RULE.finding(format!(
-                "`{name}` keeps this iteration's graph and the next iteration's loss uses it: the next `backward()` goes through a graph the first one freed (\"Trying to backward through the graph a second time\")."
-            ))
-            .at(Some(loc))
-            .related(Some(read_loc), format!("the next iteration reads `{name}` here"))
-            .related(backward, "the backward that fails")
-            .fix(format!("Carry `{name}.detach()` (or `{name}.item()` for a number) into the next iteration; recompute it inside the step if its gradient is needed.")),
-        );
+        let cause = steps[last].range;
+        report(ck, &name, cause, (&steps, &backwards, read), Kind::Carried);
     }
+}
+
+/// Which shape of the bug: a value carried from the last iteration, or made before the loop.
+enum Kind {
+    Carried,
+    BeforeLoop,
+}
+
+/// One finding: at the assignment that holds the graph (`cause`), with the loop's read and
+/// its failing backward related.
+fn report(
+    ck: &mut Checker,
+    name: &str,
+    cause: TextRange,
+    (steps, backwards, read): (&[Step], &[usize], usize),
+    kind: Kind,
+) {
+    let loc = ck.location(&cause);
+    let read_loc = ck.location(&steps[read].range);
+    let backward = backwards
+        .iter()
+        .find(|&&b| b >= read)
+        .map(|&b| ck.location(&steps[b].range));
+    let (what, reads, fails, fix) = match kind {
+        Kind::Carried => (
+            format!("`{name}` keeps this iteration's graph and the next iteration's loss uses it: the next `backward()`"),
+            format!("the next iteration reads `{name}` here"),
+            "the backward that fails",
+            format!("Carry `{name}.detach()` (or `{name}.item()` for a number) into the next iteration; recompute it inside the step if its gradient is needed."),
+        ),
+        Kind::BeforeLoop => (
+            format!("`{name}` is computed once before the loop, with its graph, and every iteration's loss uses it: the second `backward()`"),
+            format!("each iteration reads `{name}` here"),
+            "the backward that fails from the second iteration on",
+            format!("Compute `{name}` inside the loop, or under `torch.no_grad()` (or `.detach()` it) if it is a fixed target."),
+        ),
+    };
+    ck.report(
+        RULE.finding(format!(
+            "{what} goes through a graph the first one freed (\"Trying to backward through the graph a second time\")."
+        ))
+        .at(Some(loc))
+        .related(Some(read_loc), reads)
+        .related(backward, fails)
+        .fix(fix),
+    );
 }
 
 /// Loops of a block whose loss reads a value computed *before* the loop with a model's graph
@@ -384,20 +417,12 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
         }
         found.sort_by_key(|(_, d, _)| *d);
         for (name, d, read) in found {
-            let loc = ck.location(&before[d].range);
-            let read_loc = ck.location(&steps[read].range);
-            let backward = backwards
-                .iter()
-                .find(|&&b| b >= read)
-                .map(|&b| ck.location(&steps[b].range));
-            ck.report(
-                RULE.finding(format!(
-                    "`{name}` is computed once before the loop, with its graph, and every iteration's loss uses it: the second `backward()` goes through a graph the first one freed (\"Trying to backward through the graph a second time\")."
-                ))
-                .at(Some(loc))
-                .related(Some(read_loc), format!("each iteration reads `{name}` here"))
-                .related(backward, "the backward that fails from the second iteration on")
-                .fix(format!("Compute `{name}` inside the loop, or under `torch.no_grad()` (or `.detach()` it) if it is a fixed target.")),
+            report(
+                ck,
+                &name,
+                before[d].range,
+                (&steps, &backwards, read),
+                Kind::BeforeLoop,
             );
         }
     }

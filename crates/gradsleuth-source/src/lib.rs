@@ -210,11 +210,11 @@ impl SourceCache {
         {
             return None;
         }
-        let def = enclosing(&lines, line).find(|&i| {
+        let def = enclosing(lines, line).find(|&i| {
             let t = lines[i].trim_start();
             t.starts_with("def ") || t.starts_with("async def ")
         })?;
-        let loop_head = enclosing(&lines, line).take_while(|&i| i > def).find(|&i| {
+        let loop_head = enclosing(lines, line).take_while(|&i| i > def).find(|&i| {
             let t = lines[i].trim_start();
             t.starts_with("for ") || t.starts_with("while ") || t.starts_with("async for ")
         });
@@ -270,6 +270,29 @@ impl SourceCache {
             return None;
         }
         Some(DeadStore::NeverUsed(name.to_owned()))
+    }
+
+    /// The first line of `file` that assigns an attribute named `attr` of some object
+    /// (`model.classifier = nn.Linear(...)`, `net.backbone.fc = ...`), outside `self.` code:
+    /// where a script replaces a layer.
+    pub fn attribute_replacement(&mut self, file: &str, attr: &str) -> Option<Location> {
+        let lines = self.lines(file)?;
+        let needle = format!(".{attr}");
+        let i = lines.iter().position(|l| {
+            let code = strip_comment(l).trim_start();
+            let Some(eq) = code.find('=') else {
+                return false;
+            };
+            let target = code[..eq].trim_end();
+            !code[eq..].starts_with("==")
+                && !target.ends_with(['!', '<', '>', '+', '-', '*', '/'])
+                && target.ends_with(&needle)
+                && !target.starts_with("self.")
+                && target[..target.len() - needle.len()]
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        })?;
+        Some(self.location(file, i as u32 + 1))
     }
 
     /// A location with its snippet and the column of the first non-blank character.
@@ -411,6 +434,21 @@ mod branch_tests {
         let mut s = super::SourceCache::new();
         assert_eq!(s.enclosing_branch(f, 6), Some(4));
         assert_eq!(s.enclosing_branch(f, 3), None);
+    }
+
+    #[test]
+    fn a_layer_replaced_by_the_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("train.py");
+        std::fs::write(
+            &f,
+            "model = build()\nopt = SGD(model.parameters())\nif model.fc == None:\n    pass\nmodel.fc = nn.Linear(4, 2)  # new head\nself.fc = 3\n",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.attribute_replacement(f, "fc").map(|l| l.line), Some(5));
+        assert_eq!(s.attribute_replacement(f, "head"), None);
     }
 
     #[test]

@@ -56,6 +56,31 @@ fn run(ctx: &Context) -> Vec<Finding> {
         }
         ctx.claim(missing.iter().copied());
         let names = super::names(ctx, &missing);
+        // The cause is the replacement (class c): the line of the optimizer's file that
+        // assigns the replaced layer's attribute; the optimizer's line is related.
+        let replaced = loc.as_ref().and_then(|l| {
+            missing
+                .iter()
+                .filter_map(|k| ctx.facts.rec(*k).and_then(|t| t.module))
+                .filter_map(|m| ctx.capture.module(m))
+                .find_map(|m| {
+                    ctx.source
+                        .borrow_mut()
+                        .attribute_replacement(&l.file, &m.attr)
+                })
+        });
+        let (at, related) = match replaced {
+            Some(r) => (
+                Some(r),
+                loc.clone().map(|l| {
+                    (
+                        l,
+                        "the optimizer, built before it: it holds the old parameters",
+                    )
+                }),
+            ),
+            None => (loc.clone(), None),
+        };
         out.push(
             CHECK.finding(Severity::Error,
                 format!(
@@ -66,7 +91,8 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 ),
             )
             .params(names)
-            .at(loc)
+            .at(at)
+            .related(related.as_ref().map(|r| r.0.clone()), related.map_or("", |r| r.1))
             .chain([
                 "optimizer created with the old parameters".into(),
                 "a layer replaced afterwards: new parameter objects".into(),

@@ -1092,7 +1092,6 @@ class Tracer:
 
         return grad
 
-
     def _derivative(self, outputs, result):
         """Which tracked tensors the outputs of `autograd.grad(create_graph=True)` depend on,
         and which its derivatives still do (the difference is decided in Rust)."""

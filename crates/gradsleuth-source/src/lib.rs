@@ -255,15 +255,13 @@ impl SourceCache {
             if found.is_empty() {
                 continue;
             }
-            let code = strip_comment(l);
-            let rebinds = code.trim_start().starts_with(name)
-                && code.trim_start()[name.len()..]
-                    .trim_start()
-                    .starts_with('=')
-                && !code.trim_start()[name.len()..]
-                    .trim_start()
-                    .starts_with("==")
-                && found.len() == 1;
+            // `name = ...` whose right side does not read it.
+            let rest = strip_comment(l)
+                .trim_start()
+                .strip_prefix(name)
+                .map(str::trim_start);
+            let rebinds = found.len() == 1
+                && rest.is_some_and(|r| r.starts_with('=') && !r.starts_with("=="));
             if rebinds && indentation(l) <= call_indent {
                 return Some(DeadStore::Overwritten(i as u32 + 1, name.to_owned()));
             }

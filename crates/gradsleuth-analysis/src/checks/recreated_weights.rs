@@ -90,15 +90,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 .modules
                 .iter()
                 .filter(|s| {
-                    s.key == registered.key
-                        || (s.class == registered.class
-                            && s.attr == registered.attr
-                            && s.kind != ModuleKind::Orphan
-                            && s.runs == 0
-                            && s.parent
-                                .and_then(|p| ctx.capture.module(p))
-                                .map(|p| p.class.as_str())
-                                == parent_class)
+                    s.class == registered.class
+                        && s.attr == registered.attr
+                        && s.kind != ModuleKind::Orphan
+                        && s.runs == 0
+                        && s.parent
+                            .and_then(|p| ctx.capture.module(p))
+                            .map(|p| p.class.as_str())
+                            == parent_class
                 })
                 .map(|s| s.key)
                 .collect();

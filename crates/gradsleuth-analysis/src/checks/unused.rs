@@ -37,31 +37,21 @@ fn top_not_run<'c>(
     m: &'c ModuleRec,
     ran_inside: &std::collections::HashSet<u64>,
 ) -> &'c ModuleRec {
-    let mut top = m;
-    let mut guard = 0;
-    while let Some(p) = top.parent.and_then(|p| ctx.capture.module(p)) {
-        if p.runs > 0 || guard > 1000 || ran_inside.contains(&p.key) {
-            break;
-        }
-        top = p;
-        guard += 1;
-    }
-    top
+    ancestors(ctx, m)
+        .skip(1)
+        .take_while(|p| p.runs == 0 && !ran_inside.contains(&p.key))
+        .last()
+        .unwrap_or(m)
 }
 
 /// The highest ancestor of `m` (below its root) that ran exactly as often: a layer skipped
 /// as a whole is one group, not one per submodule.
 fn top_same_runs<'c>(ctx: &'c Context, m: &'c ModuleRec) -> &'c ModuleRec {
-    let mut top = m;
-    let mut guard = 0;
-    while let Some(p) = top.parent.and_then(|p| ctx.capture.module(p)) {
-        if p.runs != m.runs || Some(p.key) == m.root || guard > 1000 {
-            break;
-        }
-        top = p;
-        guard += 1;
-    }
-    top
+    ancestors(ctx, m)
+        .skip(1)
+        .take_while(|p| p.runs == m.runs && Some(p.key) != m.root)
+        .last()
+        .unwrap_or(m)
 }
 
 /// The random draw that skips `m` at its call site, when there is one.
@@ -266,21 +256,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
     out
 }
 
-/// Is `a` `m` or one of its ancestors?
-fn within(ctx: &Context, m: &ModuleRec, a: u64) -> bool {
-    let mut cur = Some(m);
-    let mut guard = 0;
-    while let Some(c) = cur {
-        if c.key == a {
-            return true;
-        }
-        guard += 1;
-        if guard > 1000 {
-            return false;
-        }
-        cur = c.parent.and_then(|p| ctx.capture.module(p));
-    }
-    false
+/// `m` and its ancestors, innermost first (at most 1,000: a capture is untrusted input).
+fn ancestors<'c>(ctx: &'c Context, m: &'c ModuleRec) -> impl Iterator<Item = &'c ModuleRec> {
+    std::iter::successors(Some(m), |c| c.parent.and_then(|p| ctx.capture.module(p))).take(1000)
 }
 
 /// Modules that ran with recording on and whose output never reached the loss, because the
@@ -289,58 +267,43 @@ fn within(ctx: &Context, m: &ModuleRec, a: u64) -> bool {
 /// fed the input instead of the features). Every parameter upstream of the dropped output
 /// that no gradient reached is named, at the line that drops it.
 fn dead_outputs(ctx: &Context) -> Vec<Finding> {
+    use std::collections::{BTreeMap, HashSet};
     let mut out = Vec::new();
-    let mut left: std::collections::BTreeMap<u64, &ModuleRec> = Default::default();
+    // Unreached parameters of modules that ran with recording on, with their module's
+    // ancestors; and the modules with a reached parameter somewhere below them.
+    let mut left: BTreeMap<u64, Vec<u64>> = Default::default();
+    let mut reached_below: HashSet<u64> = HashSet::new();
     for (t, f) in trainable_params(ctx) {
-        if ctx.is_claimed(t.key)
-            || f.reached()
-            || f.status != gradsleuth_model::ParamStatus::GradNone
-        {
+        let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) else {
             continue;
-        }
-        if let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) {
-            if m.runs > 0 && m.runs_no_grad < m.runs {
-                left.insert(t.key, m);
-            }
+        };
+        if f.reached() {
+            reached_below.extend(ancestors(ctx, m).map(|a| a.key));
+        } else if !ctx.is_claimed(t.key)
+            && f.status == gradsleuth_model::ParamStatus::GradNone
+            && m.runs > 0
+            && m.runs_no_grad < m.runs
+        {
+            left.insert(t.key, ancestors(ctx, m).map(|a| a.key).collect());
         }
     }
     if left.is_empty() {
         return out;
     }
-    // Candidates: modules that ran, outermost first (fewest ancestors).
-    let depth = |m: &ModuleRec| {
-        let mut d = 0;
-        let mut cur = m.parent.and_then(|p| ctx.capture.module(p));
-        while let Some(c) = cur {
-            d += 1;
-            if d > 1000 {
-                break;
-            }
-            cur = c.parent.and_then(|p| ctx.capture.module(p));
-        }
-        d
-    };
+    // Candidates: modules that ran, with unreached parameters and none reached below them,
+    // outermost first (fewest ancestors).
+    let above_left: HashSet<u64> = left.values().flatten().copied().collect();
     let mut candidates: Vec<&ModuleRec> = ctx
         .capture
         .modules
         .iter()
         .filter(|m| m.runs > 0 && m.first_call.is_some() && Some(m.key) != m.root)
-        .filter(|m| left.values().any(|pm| within(ctx, pm, m.key)))
+        .filter(|m| above_left.contains(&m.key) && !reached_below.contains(&m.key))
         .collect();
-    candidates.sort_by_key(|m| depth(m));
+    candidates.sort_by_cached_key(|m| ancestors(ctx, m).count());
     for m in candidates {
         if left.is_empty() {
             break;
-        }
-        // Every trainable parameter below `m` is unreached: its output went nowhere.
-        let below_reached = trainable_params(ctx).any(|(t, f)| {
-            f.reached()
-                && t.module
-                    .and_then(|k| ctx.capture.module(k))
-                    .is_some_and(|pm| within(ctx, pm, m.key))
-        });
-        if below_reached {
-            continue;
         }
         let Some(call) = m.first_call.as_ref() else {
             continue;
@@ -353,7 +316,7 @@ fn dead_outputs(ctx: &Context) -> Vec<Finding> {
         let scope = m.parent.unwrap_or(m.key);
         let keys: Vec<u64> = left
             .iter()
-            .filter(|(_, pm)| within(ctx, pm, scope))
+            .filter(|(_, above)| above.contains(&scope))
             .map(|(k, _)| *k)
             .collect();
         if keys.is_empty() {

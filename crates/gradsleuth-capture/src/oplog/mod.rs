@@ -414,6 +414,7 @@ impl<K, N> OpLog<K, N> {
         }
         let mut site: Option<Option<Site>> = None;
         let value_exit = kind == Kind::ValueExit;
+        let input_ptrs: FxHashSet<usize> = inputs.iter().map(|t| h.addr(t)).collect();
         // A view made with recording off (`logits.reshape(...)` under `no_grad`) still says it
         // requires grad, but it has no history: backward stops at it as at a leaf.
         // (Not an in-place op on the input itself: `p.normal_()` under `no_grad` initialises.)
@@ -423,8 +424,7 @@ impl<K, N> OpLog<K, N> {
             && matches!(kind, Kind::Plain | Kind::Saturating | Kind::NonDiff)
             && !h.grad_enabled()?
             && outputs.iter().all(|o| {
-                !inputs.iter().any(|i| h.addr(i) == h.addr(o))
-                    && h.grad_fn(o).is_ok_and(|g| g.is_none())
+                !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
             });
         if kind != Kind::Ignore
             && !needs_grad.is_empty()
@@ -519,7 +519,6 @@ impl<K, N> OpLog<K, N> {
                 }
             }
         }
-        let input_ptrs: FxHashSet<usize> = inputs.iter().map(|t| h.addr(t)).collect();
         for o in &outputs {
             let ptr = h.addr(o);
             if taint.is_empty() {
@@ -556,10 +555,8 @@ impl<K, N> OpLog<K, N> {
             // any of them (an input batch is saved for the weight's gradient), so an in-place
             // op on it later is matched to this use.
             let mut s = None;
-            for t in needs_grad
-                .iter()
-                .chain(inputs.iter().filter(|_| out_needs_grad))
-            {
+            let used = if out_needs_grad { &inputs } else { &needs_grad };
+            for t in used {
                 let ptr = h.addr(t);
                 if let std::collections::hash_map::Entry::Vacant(e) = self.consumed.entry(ptr) {
                     if s.is_none() {

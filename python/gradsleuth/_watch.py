@@ -369,6 +369,8 @@ class Watch:
         self._before = {}  # id(opt) -> the parameters before this step (a sampled step)
         self._buffers = {}  # id(opt) -> buffers those copies go to, kept for the run
         self._handles = []
+        self._module_hooks = False
+        self._only = None
         self._patched = []
         self._forward_state = {}  # id(model) -> dict(inputs, rng, outs, grads)
         self._replaying = False
@@ -382,15 +384,14 @@ class Watch:
 
     # ---- set-up ----------------------------------------------------------------------
     def start(self):
+        # Every hook is global (torch's module and optimizer registries), never one stored on
+        # the user's objects: a hook on a module is pickled by `torch.save(model)`, copied by
+        # `copy.deepcopy`, and compiled by `torch.jit.script`, and ours can be none of those.
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        if self._optimizers:
-            for o in self._optimizers:
-                self._handles.append(o.register_step_pre_hook(self._pre))
-                self._handles.append(o.register_step_post_hook(self._post))
-        else:
-            self._handles.append(register_optimizer_step_pre_hook(self._pre))
-            self._handles.append(register_optimizer_step_post_hook(self._post))
+        self._only = {id(o): weakref.ref(o) for o in self._optimizers} or None
+        self._handles.append(register_optimizer_step_pre_hook(self._pre))
+        self._handles.append(register_optimizer_step_post_hook(self._post))
         for ref in self._models:
             m = ref()
             if m is not None:
@@ -398,13 +399,29 @@ class Watch:
         self._patch_scaler()
         return self
 
+    def _watched(self, opt) -> bool:
+        if self._only is None:
+            return True
+        ref = self._only.get(id(opt))
+        return ref is not None and ref() is opt
+
     def _hook_model(self, m):
         key = id(m)
-        if key in self._forward_state:
+        st = self._forward_state.get(key)
+        if st is not None and st["model"]() is m:
             return
         self._forward_state[key] = {"model": weakref.ref(m)}
-        self._handles.append(m.register_forward_pre_hook(self._fwd_pre, with_kwargs=True))
-        self._handles.append(m.register_forward_hook(self._fwd_post))
+        if not self._module_hooks:
+            from torch.nn.modules import module as module_mod
+
+            self._module_hooks = True
+            self._handles.append(module_mod.register_module_forward_pre_hook(self._fwd_pre))
+            try:
+                self._handles.append(module_mod.register_module_forward_hook(self._fwd_post, with_kwargs=True))
+            except TypeError:  # torch without keyword arguments in global forward hooks
+                self._handles.append(
+                    module_mod.register_module_forward_hook(lambda m, a, o: self._fwd_post(m, a, {}, o))
+                )
 
     def _patch_scaler(self):
         try:
@@ -500,7 +517,7 @@ class Watch:
 
     # ---- per step ----------------------------------------------------------------------
     def _pre(self, opt, args, kwargs):
-        if self.closed or self._replaying:
+        if self.closed or self._replaying or not self._watched(opt):
             return None
         try:
             w, params, names = self._watcher_for(opt)
@@ -601,37 +618,33 @@ class Watch:
 
     def root_seen(self, module):
         """`run --watch`: the run's tracer saw `module` called as a root for the first time,
-        from its global pre-hook. Hooked now, its very first step can be re-run too: the
-        pre-hook registered here only runs from the next call, so this call's state is taken
-        here, and its inputs (keyword ones included) from a post hook, which does run for it."""
-        if self.closed or self._replaying or id(module) in self._forward_state:
+        from its global pre-hook. Watched from this very call, its first step can be re-run
+        too (the global post hook records this call's inputs)."""
+        if self.closed or self._replaying:
+            return
+        st = self._forward_state.get(id(module))
+        if st is not None and st["model"]() is module:
             return
         try:
             self._hook_model(module)
-            self._fwd_pre(module, (), {})
-            st = self._forward_state[id(module)]
-            st.pop("inputs", None)  # this call's, below
-
-            def first(_m, args, kwargs, _output):
-                handle.remove()
-                st["inputs"] = (args, kwargs)
-
-            handle = module.register_forward_hook(first, with_kwargs=True, prepend=True)
+            self._fwd_pre(module, ())
         except Exception as e:  # noqa: BLE001 - never break the user's forward
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
 
-    def _fwd_pre(self, module, args, kwargs):
-        if self._replaying or self.closed:
+    def _fwd_pre(self, module, args):
+        if _compiling():
+            return None
+        st = self._forward_state.get(id(module))
+        if st is None or self._replaying or self.closed or st["model"]() is not module:
             return None
         if self._armed_by is not None and torch.is_grad_enabled():
             try:
                 self._arm_deep(module, args)
             except Exception as e:  # noqa: BLE001 - never break the user's forward
                 print(f"gradsleuth watch: arming: {type(e).__name__}: {e}", file=sys.stderr)
-        st = self._forward_state.get(id(module))
-        if st is None or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
             return None
-        st["inputs"] = (args, kwargs)
+        st.pop("inputs", None)
         st["seq0"] = _sequence_nr()
         st["roots"] = None
         st["rng"] = torch.get_rng_state()
@@ -640,12 +653,15 @@ class Watch:
         st["outs"] = None
         return None
 
-    def _fwd_post(self, module, args, output):
-        if self._replaying or self.closed:
+    def _fwd_post(self, module, args, kwargs, output):
+        if _compiling():
             return None
         st = self._forward_state.get(id(module))
-        if st is None or "inputs" not in st or not torch.is_grad_enabled():
+        if st is None or self._replaying or self.closed or "rng" not in st or not torch.is_grad_enabled():
             return None
+        if st["model"]() is not module:
+            return None
+        st["inputs"] = (args, kwargs)
         outs = [t for t in _flat_tensors(output) if t.requires_grad]
         st["outs"] = len(outs)
         # The graph's root nodes, until this model's next forward: after backward they hold no
@@ -823,6 +839,15 @@ class Watch:
         ws = self.watchers()
         if ws:
             rec.set_watch(ws)
+
+
+def _compiling() -> bool:
+    """Inside torch.compile's tracing: the hooks step aside (a compiled region is not watched
+    op by op, and a hook dynamo cannot trace would split the user's graph)."""
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # torch without torch.compiler.is_compiling
+        return False
 
 
 def _floats(norms) -> list[float]:

@@ -9,16 +9,45 @@ use crate::Context;
 pub const CHECK: Check = Check { code: "GS191", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
-    ctx.capture
+    // One finding for every compiled region: each `torch.compile(model)` call makes a new
+    // wrapper, and a script that compiles the same model twice has one cause to tell.
+    let wrappers: Vec<_> = ctx
+        .capture
         .modules
         .iter()
         .filter(|m| m.class == "OptimizedModule")
-        .map(|m| {
-            CHECK.finding(Severity::Info,
-                format!("`{}` is compiled with torch.compile: a compiled region, not instrumented at op level.", module_name(m)),
-            )
-        })
-        .collect()
+        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for m in &wrappers {
+        let name = module_name(m);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let listed = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (verb, region) = if names.len() == 1 {
+        ("is", "a compiled region")
+    } else {
+        ("are", "compiled regions")
+    };
+    let times = if wrappers.len() > names.len() {
+        format!(" ({} torch.compile wrappers)", wrappers.len())
+    } else {
+        String::new()
+    };
+    vec![CHECK.finding(
+        Severity::Info,
+        format!(
+            "{listed} {verb} compiled with torch.compile{times}: {region}, not instrumented at op level."
+        ),
+    )]
 }
 
 #[cfg(test)]
@@ -41,6 +70,28 @@ mod tests {
         let f = s.run(&CHECK);
         assert_eq!(f.len(), 1);
         assert!(f[0].message.contains("`block`"));
+    }
+
+    #[test]
+    fn one_finding_for_every_wrapper_of_the_compiled_models() {
+        let mut s = healthy(1);
+        for (key, name) in [(7, ""), (8, ""), (9, "head")] {
+            s.module(
+                key,
+                "OptimizedModule",
+                name,
+                None,
+                ModuleKind::Registered,
+                1,
+            );
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].message.starts_with("`OptimizedModule`, `head` are compiled with torch.compile (3 torch.compile wrappers): compiled regions"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -1,0 +1,87 @@
+"""Nothing gradsleuth attaches may change what a user does with their own objects.
+
+`tests/objects/user_objects.py` trains three kinds of model (a plain MLP; one with buffers and
+tied weights; a transformers BERT from a config, with its Adam state) and, inside the observed
+window and after it, saves, loads, deep-copies, pickles, scripts, traces, exports and compiles
+them, hands one to a spawned process, and checks a deleted model is freed. Under every mode
+(`run`, `--deep`, `--watch`, and the API's `trace`, `watch`, `diagnose`) its output must be the
+plain run's, line for line: the same saved bytes, the same copies training the same way, the
+same errors where plain Python has them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import ROOT, report_of, run_gradsleuth
+
+SCRIPT = ROOT / "tests" / "objects" / "user_objects.py"
+CLI_MODES = {"run": [], "run --deep": ["--deep"], "run --watch": ["--watch"]}
+API_MODES = ["trace", "watch", "watch_all", "diagnose"]
+
+
+def _plain(mode: str = ""):
+    env = dict(os.environ, GS_MODE=mode)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT)], cwd=SCRIPT.parent, capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+def _cli(flags, tmp):
+    out = tmp / f"report{len(flags)}{'w' if '--watch' in flags else ''}.json"
+    proc = run_gradsleuth("run", "--format", "json", "--out", out, *flags, SCRIPT, cwd=SCRIPT.parent)
+    return proc, (report_of(out.read_text()) if out.exists() else None)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("objects")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        plain = pool.submit(_plain)
+        cli = {name: pool.submit(_cli, flags, tmp) for name, flags in CLI_MODES.items()}
+        api = {name: pool.submit(_plain, name) for name in API_MODES}
+        return plain.result(), {k: f.result() for k, f in cli.items()}, {k: f.result() for k, f in api.items()}
+
+
+def _lines(proc) -> list[str]:
+    return [line for line in proc.stdout.splitlines() if line.split(" ", 1)[0] in ("mlp", "tied", "bert")]
+
+
+def test_the_plain_run_does_every_operation(outcomes):
+    plain, _, _ = outcomes
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    lines = _lines(plain)
+    # 11 operations on the MLP (the spawned process too), 10 on the others, at two steps;
+    # the final weights and whether the model was freed.
+    assert len(lines) == 2 * 11 + 2 * 10 * 2 + 3 * 2, lines
+    assert all(line.endswith("True") for line in lines if " freed " in line)
+
+
+@pytest.mark.parametrize("mode", list(CLI_MODES))
+def test_gradsleuth_run_leaves_every_operation_as_plain_python_does(outcomes, mode):
+    plain, cli, _ = outcomes
+    proc, report = cli[mode]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _lines(proc) == _lines(plain)
+    assert report is not None and report.get("error") is None
+    assert report["steps_observed"] >= 1
+
+
+@pytest.mark.parametrize("mode", API_MODES)
+def test_the_api_leaves_every_operation_as_plain_python_does(outcomes, mode):
+    plain, _, api = outcomes
+    proc = api[mode]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _lines(proc) == _lines(plain)
+
+
+def test_a_compiled_model_is_one_info_line_however_often_it_is_compiled(outcomes):
+    _, cli, _ = outcomes
+    _, report = cli["run --watch"]
+    compiled = [f for f in report["findings"] if f["code"] == "GS191"]
+    assert len(compiled) == 1, compiled

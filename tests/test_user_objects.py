@@ -17,7 +17,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from conftest import ROOT, report_of, run_gradsleuth
 
 SCRIPT = ROOT / "tests" / "objects" / "user_objects.py"
@@ -85,3 +84,108 @@ def test_a_compiled_model_is_one_info_line_however_often_it_is_compiled(outcomes
     _, report = cli["run --watch"]
     compiled = [f for f in report["findings"] if f["code"] == "GS191"]
     assert len(compiled) == 1, compiled
+
+
+PICKLING = {
+    "hook": (
+        """
+import io
+import torch, torch.nn as nn
+
+def main():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    acts = {}
+    def keep(m, i, o):
+        acts["last"] = o.detach()
+    model[1].register_forward_hook(keep)
+    for step in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+    torch.save(model, io.BytesIO())
+
+main()
+""",
+        "pickle_object",
+        r"model\.1\._forward_hooks\[\d+\]",
+    ),
+    "handle": (
+        """
+import copy
+import torch, torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, log):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.log = log
+    def forward(self, x):
+        return self.lin(x)
+
+model = Net(open(__file__))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    opt.zero_grad(); model(torch.randn(8, 4)).pow(2).mean().backward(); opt.step()
+ema = copy.deepcopy(model)
+""",
+        "pickle_object",
+        r"model\.log",
+    ),
+    "workers": (
+        """
+import torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+def main():
+    ds = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    loader = DataLoader(ds, batch_size=8, num_workers=1, multiprocessing_context="spawn",
+                        collate_fn=lambda b: torch.utils.data.default_collate(b))
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        opt.zero_grad(); nn.functional.mse_loss(model(x), y).backward(); opt.step()
+
+if __name__ == "__main__":
+    main()
+""",
+        "pickle_worker",
+        r"loader\.collate_fn",
+    ),
+    "process": (
+        """
+import torch, torch.nn as nn
+import torch.multiprocessing as mp
+
+def main():
+    model = nn.Linear(4, 2)
+    def train(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()
+    p = mp.get_context("spawn").Process(target=train, args=(model,))
+    p.start()
+    p.join()
+
+if __name__ == "__main__":
+    main()
+""",
+        "pickle_process",
+        r"p\._target",
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(PICKLING))
+def test_a_pickling_error_is_explained_by_its_caller_and_names_who_holds_the_object(shape, tmp_path):
+    import re
+
+    text, signature, holder = PICKLING[shape]
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    out = tmp_path / "report.json"
+    proc = run_gradsleuth("run", "--format", "json", "--out", out, script, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    error = report_of(out.read_text())["error"]
+    assert error["explanation"]["signature"] == signature, error
+    assert re.fullmatch(holder, error["explanation"]["fields"]["holder"]), error["explanation"]["fields"]
+    assert error["explanation"]["causes"][0].startswith("It is reached through `")

@@ -23,6 +23,7 @@ import types
 
 from gradsleuth._sites import OWN_DIR as _OWN_DIR
 from gradsleuth._sites import error_site as _error_site
+from gradsleuth._sites import record_error
 
 
 def _ours(frame) -> bool:
@@ -210,9 +211,8 @@ def main(argv: list[str]) -> int:
         _finish(tracer)
         code = 128 + signal.SIGTERM
     except BaseException as e:  # noqa: BLE001 - the script's own exception, reported as Python would
-        site = _error_site(e)
         _print_exception(e)
-        rec.set_error(type(e).__name__, str(e), site)
+        record_error(rec, e)
         # While the exception (and so the frames holding the model) is alive: a model local
         # to a function the exception left would be gone by the `finally`.
         _finish(tracer)

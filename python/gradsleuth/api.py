@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from gradsleuth import _core
-from gradsleuth._sites import error_site
+from gradsleuth._sites import record_error
 
 Report = _core.Report
 
@@ -50,7 +50,7 @@ class trace:
     def __exit__(self, exc_type, exc, tb):
         self._tracer.finish()
         if exc is not None:
-            self._rec.set_error(exc_type.__name__, str(exc), error_site(exc))
+            record_error(self._rec, exc)
         return False
 
     def report(self) -> Report:
@@ -98,7 +98,7 @@ def diagnose(model, batch, loss_fn, optimizer=None, steps: int = 1, restore: boo
             if optimizer is not None:
                 optimizer.step()
     except Exception as e:  # noqa: BLE001 - the failure is part of the diagnosis
-        rec.set_error(type(e).__name__, str(e), error_site(e))
+        record_error(rec, e)
     finally:
         tracer.finish()
         if saved is not None:

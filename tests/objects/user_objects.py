@@ -49,8 +49,15 @@ def bert():
     from transformers import BertConfig, BertForSequenceClassification
 
     cfg = BertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=16, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=3,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     return BertForSequenceClassification(cfg)
 
@@ -78,6 +85,130 @@ def child(model, x, q):
     q.put(tuple(model(*x).shape))
 
 
+def exercise(kind, make, x, y, lines):
+    """Trains one model four steps, doing every operation at the first and the last; returns
+    a weak reference to the model."""
+    mode = os.environ.get("GS_MODE", "")
+    torch.manual_seed(1)
+    model = make()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def loss_of(m):
+        out = m(*x)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    ctx = contextlib.nullcontext()
+    if mode:
+        import gradsleuth
+
+        if mode == "trace":
+            ctx = gradsleuth.trace(steps=2)
+        elif mode == "watch":
+            ctx = gradsleuth.watch(model, opt, status=False)
+        elif mode == "watch_all":
+            ctx = gradsleuth.watch(status=False)
+        elif mode == "diagnose":
+            gradsleuth.diagnose(model, (x, y), lambda out, t: F.cross_entropy(out, t), opt)
+
+    def attempt(name, fn, step):
+        try:
+            value = fn()
+        except Exception as e:  # the plain run may fail too: the outcome is compared
+            value = f"error {type(e).__name__}"
+        lines.append(f"{kind} {name}@{step} {value}")
+
+    def saved():
+        b = io.BytesIO()
+        torch.save(model, b)
+        b.seek(0)
+        return digest(torch.load(b, weights_only=False))
+
+    def saved_optimizer():
+        b = io.BytesIO()
+        torch.save(opt, b)
+        b.seek(0)
+        o = torch.load(b, weights_only=False)
+        return f"{type(o).__name__} {len(o.state)}"
+
+    def deep_copy():
+        m = copy.deepcopy(model)
+        o = torch.optim.Adam(m.parameters(), lr=1e-2)
+        o.load_state_dict(copy.deepcopy(opt.state_dict()))
+        for _ in range(2):
+            o.zero_grad()
+            loss_of(m).backward()
+            o.step()
+        return digest(m)
+
+    def pickled():
+        return digest(pickle.loads(pickle.dumps(model)))
+
+    def state_dict():
+        m = make()
+        m.load_state_dict(model.state_dict())
+        o = torch.optim.Adam(m.parameters(), lr=1e-2)
+        o.load_state_dict(opt.state_dict())
+        return f"{digest(m)} {len(o.state)}"
+
+    def scripted():
+        return tuple(torch.jit.script(model)(*x).shape)
+
+    def traced():
+        model.eval()
+        try:
+            return tuple(torch.jit.trace(model, x)(*x).shape)
+        finally:
+            model.train()
+
+    def exported():
+        model.eval()
+        try:
+            return tuple(torch.export.export(model, x).module()(*x).shape)
+        finally:
+            model.train()
+
+    def compiled():
+        m = torch.compile(model, backend="eager")
+        return f"{float(loss_of(m)):.6f}"
+
+    def spawned():
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(model, x, q))
+        p.start()
+        shape = q.get(timeout=120)
+        p.join()
+        return f"{shape} {p.exitcode}"
+
+    def described():
+        return hashlib.sha256(repr(model).encode()).hexdigest()[:8]
+
+    ops = [
+        ("save", saved),
+        ("save_optimizer", saved_optimizer),
+        ("deepcopy", deep_copy),
+        ("pickle", pickled),
+        ("state_dict", state_dict),
+        ("jit_script", scripted),
+        ("jit_trace", traced),
+        ("export", exported),
+        ("compile", compiled),
+        ("repr", described),
+    ]
+    if kind == "mlp":
+        ops.append(("spawn", spawned))
+    with ctx:
+        for step in range(4):
+            opt.zero_grad()
+            loss_of(model).backward()
+            opt.step()
+            if step in (0, 3):  # inside the observed window and after it
+                for name, fn in ops:
+                    attempt(name, fn, step)
+    lines.append(f"{kind} final {digest(model)}")
+    return weakref.ref(model)
+
+
 def main():
     only = set(sys.argv[1:])
     kinds = {
@@ -85,123 +216,11 @@ def main():
         "tied": (Tied, (torch.randint(0, 20, (16,)),), torch.randint(0, 20, (16,))),
         "bert": (Head, (torch.randint(0, 50, (4, 8)), torch.randint(0, 3, (4,))), torch.randint(0, 3, (4,))),
     }
-    lines = []
-    mode = os.environ.get("GS_MODE", "")
+    lines: list[str] = []
     for kind, (make, x, y) in kinds.items():
         if only and kind not in only:
             continue
-        torch.manual_seed(1)
-        model = make()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-
-        def loss_of(m):
-            out = m(*x)
-            return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-
-        ctx = contextlib.nullcontext()
-        if mode:
-            import gradsleuth
-
-            if mode == "trace":
-                ctx = gradsleuth.trace(steps=2)
-            elif mode == "watch":
-                ctx = gradsleuth.watch(model, opt, status=False)
-            elif mode == "watch_all":
-                ctx = gradsleuth.watch(status=False)
-            elif mode == "diagnose":
-                gradsleuth.diagnose(model, (x, y), lambda out, t: F.cross_entropy(out, t), opt)
-
-        def attempt(name, fn, step):
-            try:
-                value = fn()
-            except Exception as e:  # the plain run may fail too: the outcome is compared
-                value = f"error {type(e).__name__}"
-            lines.append(f"{kind} {name}@{step} {value}")
-
-        def saved():
-            b = io.BytesIO()
-            torch.save(model, b)
-            b.seek(0)
-            return digest(torch.load(b, weights_only=False))
-
-        def saved_optimizer():
-            b = io.BytesIO()
-            torch.save(opt, b)
-            b.seek(0)
-            o = torch.load(b, weights_only=False)
-            return f"{type(o).__name__} {len(o.state)}"
-
-        def deep_copy():
-            m = copy.deepcopy(model)
-            o = torch.optim.Adam(m.parameters(), lr=1e-2)
-            o.load_state_dict(copy.deepcopy(opt.state_dict()))
-            for _ in range(2):
-                o.zero_grad()
-                loss_of(m).backward()
-                o.step()
-            return digest(m)
-
-        def pickled():
-            return digest(pickle.loads(pickle.dumps(model)))
-
-        def state_dict():
-            m = make()
-            m.load_state_dict(model.state_dict())
-            o = torch.optim.Adam(m.parameters(), lr=1e-2)
-            o.load_state_dict(opt.state_dict())
-            return f"{digest(m)} {len(o.state)}"
-
-        def scripted():
-            return tuple(torch.jit.script(model)(*x).shape)
-
-        def traced():
-            model.eval()
-            try:
-                return tuple(torch.jit.trace(model, x)(*x).shape)
-            finally:
-                model.train()
-
-        def exported():
-            model.eval()
-            try:
-                return tuple(torch.export.export(model, x).module()(*x).shape)
-            finally:
-                model.train()
-
-        def compiled():
-            m = torch.compile(model, backend="eager")
-            return f"{float(loss_of(m)):.6f}"
-
-        def spawned():
-            ctx = mp.get_context("spawn")
-            q = ctx.Queue()
-            p = ctx.Process(target=child, args=(model, x, q))
-            p.start()
-            shape = q.get(timeout=120)
-            p.join()
-            return f"{shape} {p.exitcode}"
-
-        def described():
-            return hashlib.sha256(repr(model).encode()).hexdigest()[:8]
-
-        ops = [
-            ("save", saved), ("save_optimizer", saved_optimizer), ("deepcopy", deep_copy), ("pickle", pickled),
-            ("state_dict", state_dict), ("jit_script", scripted), ("jit_trace", traced), ("export", exported),
-            ("compile", compiled), ("repr", described),
-        ]
-        if kind == "mlp":
-            ops.append(("spawn", spawned))
-        with ctx:
-            for step in range(4):
-                opt.zero_grad()
-                loss_of(model).backward()
-                opt.step()
-                if step in (0, 3):  # inside the observed window and after it
-                    for name, fn in ops:
-                        attempt(name, fn, step)
-        lines.append(f"{kind} final {digest(model)}")
-        ref = weakref.ref(model)
-        del model, opt, ops, ctx
+        ref = exercise(kind, make, x, y, lines)
         gc.collect()
         lines.append(f"{kind} freed {ref() is None}")
     print("\n".join(lines))

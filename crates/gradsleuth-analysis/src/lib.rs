@@ -125,10 +125,24 @@ pub fn analyze_annotated(capture: &Capture, annotate: Annotate) -> Report {
             kind: err.kind.clone(),
             message: err.message.clone(),
             explained_by,
-            explanation: gradsleuth_explain::explain_exception(&err.kind, &err.message),
+            explanation: explanation_of(err),
         });
     }
     report
+}
+
+/// The script's error explained where it was raised (its traceback's files), with the holder
+/// of an object that could not be serialised, when the tracer found it, as the first cause.
+fn explanation_of(
+    err: &gradsleuth_model::capture::ScriptError,
+) -> Option<gradsleuth_model::Explanation> {
+    let mut e = gradsleuth_explain::explain_raised(&err.kind, &err.message, &err.frames)?;
+    if let Some(holder) = &err.holder {
+        e.causes
+            .insert(0, format!("It is reached through `{holder}`."));
+        e.fields.insert("holder".into(), holder.clone());
+    }
+    Some(e)
 }
 
 /// Parameter rows from a watch record alone (`gradsleuth.watch` without the first-steps

@@ -741,6 +741,7 @@ mod tests {
             kind: "RuntimeError".into(),
             message: "[pair.cc:561] Connection closed by peer [127.0.0.1]:5000".into(),
             location: None,
+            ..Default::default()
         });
         r0.progress = Some(Progress {
             step: 2,
@@ -751,6 +752,7 @@ mod tests {
             kind: "RuntimeError".into(),
             message: "Expected to have finished reduction in the prior iteration before starting a new one.".into(),
             location: Some(Location::new("train.py", 43)),
+            ..Default::default()
         });
         r1.progress = Some(Progress {
             step: 3,

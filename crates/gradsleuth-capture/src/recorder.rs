@@ -616,12 +616,21 @@ impl Recorder {
         });
     }
 
-    pub fn set_error(&mut self, kind: String, message: String, site: &At) {
+    pub fn set_error(
+        &mut self,
+        kind: String,
+        message: String,
+        site: &At,
+        frames: Vec<String>,
+        holder: Option<String>,
+    ) {
         let location = self.loc(site);
         self.capture.error = Some(ScriptError {
             kind,
             message,
             location,
+            frames,
+            holder,
         });
     }
 

@@ -8,6 +8,7 @@ fn main() {
     let n = kb
         .matches(
             "RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn",
+            &[],
         )
         .len();
     println!("Kb::parse {built:?}, first match {:?} ({n})", t.elapsed());

@@ -42,6 +42,25 @@ pub struct Signature {
     pub related: Vec<String>,
     #[serde(default)]
     pub source: String,
+    /// The signature holds only when a frame of the traceback is in one of these files (path
+    /// fragments): the same message means different things from different callers.
+    #[serde(default)]
+    pub when_frames: Vec<String>,
+    /// ... and never when a frame is in one of these.
+    #[serde(default)]
+    pub unless_frames: Vec<String>,
+}
+
+impl Signature {
+    /// Whether the traceback's frames (their files) allow this signature.
+    pub fn fits(&self, frames: &[&str]) -> bool {
+        let any = |parts: &[String]| {
+            frames
+                .iter()
+                .any(|f| parts.iter().any(|p| f.contains(p.as_str())))
+        };
+        (self.when_frames.is_empty() || any(&self.when_frames)) && !any(&self.unless_frames)
+    }
 }
 
 #[derive(Deserialize)]
@@ -96,8 +115,9 @@ impl Kb {
         })
     }
 
-    /// Signatures matching `line`, each with its named fields.
-    pub fn matches(&self, line: &str) -> Vec<(usize, BTreeMap<String, String>)> {
+    /// Signatures matching `line` raised under a traceback through `frames` (files), each with
+    /// its named fields.
+    pub fn matches(&self, line: &str, frames: &[&str]) -> Vec<(usize, BTreeMap<String, String>)> {
         let mut out = Vec::new();
         let mut candidates: Vec<usize> = self
             .anchors
@@ -106,6 +126,7 @@ impl Kb {
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
+        candidates.retain(|&i| self.signatures[i].fits(frames));
         for i in candidates {
             // PyTorch's messages are ASCII: Unicode-aware classes would only make the
             // automaton larger. Patterns are checked by the crate's tests; a bad one matches
@@ -279,7 +300,8 @@ impl<'k> Scanner<'k> {
                 message: c["message"].chars().take(2000).collect(),
             });
         }
-        for (sig, fields) in self.kb.matches(line) {
+        let files: Vec<&str> = self.frames.iter().map(|f| f.file.as_str()).collect();
+        for (sig, fields) in self.kb.matches(line, &files) {
             let location = self
                 .frames
                 .iter()
@@ -419,10 +441,21 @@ pub fn explain_text(text: &str) -> Outcome {
 
 /// The explanation of one exception (`type`, `message`), for `run`'s report.
 pub fn explain_exception(kind: &str, message: &str) -> Option<Explanation> {
-    explain_text(&format!("{kind}: {message}"))
-        .findings
-        .into_iter()
-        .next()
+    explain_raised(kind, message, &[])
+}
+
+/// The explanation of one exception raised through `frames` (the traceback's files, outermost
+/// first): signatures that depend on the caller (a pickling error in a DataLoader worker or in
+/// `torch.save`) see where it was raised.
+pub fn explain_raised(kind: &str, message: &str, frames: &[String]) -> Option<Explanation> {
+    let mut sc = Scanner::new(Kb::builtin());
+    sc.frames = frames.iter().map(|f| Location::new(f, 1)).collect();
+    for line in format!("{kind}: {message}").split('\n') {
+        sc.feed(line.as_bytes());
+    }
+    sc.hits
+        .first()
+        .map(|h| finding(sc.kb, h))
         .and_then(|f| f.explanation)
 }
 

@@ -620,6 +620,13 @@ pub struct ScriptError {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
+    /// The traceback's files, outermost first (library ones too): what called what.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<String>,
+    /// For an object that could not be serialised: the path from one of the traceback's
+    /// variables to it (`model.head._forward_hooks[3]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// Everything one traced run observed.

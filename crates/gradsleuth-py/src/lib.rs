@@ -406,8 +406,17 @@ impl Recorder {
         self.inner.scaler_step(optimizer, stepped, scale, &at(site));
     }
 
-    fn set_error(&mut self, kind: String, message: String, site: Loc3) {
-        self.inner.set_error(kind, message, &at(site));
+    #[pyo3(signature = (kind, message, site, frames=Vec::new(), holder=None))]
+    fn set_error(
+        &mut self,
+        kind: String,
+        message: String,
+        site: Loc3,
+        frames: Vec<String>,
+        holder: Option<String>,
+    ) {
+        self.inner
+            .set_error(kind, message, &at(site), frames, holder);
     }
 
     fn note(&mut self, text: String) {

@@ -88,6 +88,7 @@ pub mod leaf {
                     "a leaf Variable that requires grad is being used in an in-place operation."
                         .into(),
                 location: Some(gradsleuth_model::Location::new("train.py", 51)),
+                ..Default::default()
             });
             let f = s.run(&CHECK);
             assert_eq!(f.len(), 1);

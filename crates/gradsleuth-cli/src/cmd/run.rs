@@ -164,6 +164,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
                 kind: describe_status(&status),
                 message: "the script ended before gradsleuth could record anything".into(),
                 location: None,
+                ..Default::default()
             });
             c
         }
@@ -181,6 +182,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
                     .unwrap_or_default()
             ),
             location: None,
+            ..Default::default()
         });
     }
     if let Some(save) = &args.save_capture {

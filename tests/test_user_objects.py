@@ -189,3 +189,39 @@ def test_a_pickling_error_is_explained_by_its_caller_and_names_who_holds_the_obj
     assert error["explanation"]["signature"] == signature, error
     assert re.fullmatch(holder, error["explanation"]["fields"]["holder"]), error["explanation"]["fields"]
     assert error["explanation"]["causes"][0].startswith("It is reached through `")
+
+
+HOGWILD = """
+import torch, torch.nn as nn, torch.nn.functional as F
+import torch.multiprocessing as mp
+
+
+def train(rank, model):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        F.cross_entropy(model(torch.randn(8, 10)), torch.randint(0, 3, (8,))).backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
+    model.share_memory()
+    processes = [mp.Process(target=train, args=(rank, model)) for rank in range(2)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+"""
+
+
+def test_training_in_processes_the_script_starts_is_said_plainly_at_their_start(tmp_path):
+    script = tmp_path / "hogwild.py"
+    script.write_text(HOGWILD)
+    out = tmp_path / "report.json"
+    proc = run_gradsleuth("run", "--format", "json", "--out", out, script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (finding,) = [f for f in report_of(out.read_text())["findings"] if f["code"] == "GS100"]
+    assert "started 2 processes running `train`" in finding["message"], finding
+    assert "never called in this process" in finding["message"]
+    assert finding["location"]["line"] == 19

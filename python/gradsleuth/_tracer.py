@@ -45,6 +45,14 @@ def site_of(frame):
     return _FRAMES.site(frame) if frame is not None else (None, None, None)
 
 
+def multiprocessing_method() -> str:
+    import multiprocessing
+
+    # Without fixing the start method (asking for it without allow_none would): the platform's
+    # default is the first of those available.
+    return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+
+
 def _encode(x: float) -> float:
     if math.isnan(x):
         return NORM_NAN
@@ -230,10 +238,38 @@ class Tracer:
         self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
         self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
         self._watch_freezing()
+        import multiprocessing.process
+
+        self._patch(multiprocessing.process.BaseProcess, "start", self._wrap_process_start)
         mode = getattr(getattr(torch.autograd, "grad_mode", None), "inference_mode", None)
         if mode is not None:
             self._patch(mode, "__enter__", self._wrap_inference_enter)
         return self
+
+    def _wrap_process_start(self, original):
+        """Processes the script starts (`mp.Process`, `mp.spawn`; DataLoader workers aside):
+        training done in them is not observed in this process, and the report says so."""
+        rec = self.rec
+
+        def start(process):
+            try:
+                target = getattr(process, "_target", None)
+                module = getattr(target, "__module__", "") or ""
+                if module.startswith(
+                    "torch.multiprocessing"
+                ):  # mp.spawn's wrapper: the user's function is its first argument
+                    args = getattr(process, "_args", ())
+                    target = args[0] if args and callable(args[0]) else target
+                    module = getattr(target, "__module__", "") or ""
+                if target is not None and not module.startswith("torch.utils.data"):
+                    name = getattr(target, "__qualname__", None) or type(target).__name__
+                    method = getattr(process, "_start_method", None) or multiprocessing_method()
+                    rec.child_process(name, method, site_of(sys._getframe(1)))
+            except Exception:  # noqa: BLE001 - never break the user's process start
+                pass
+            return original(process)
+
+        return start
 
     def _wrap_inference_enter(self, original):
         """Where `inference_mode` is entered: a model built or loaded under it has inference

@@ -219,6 +219,28 @@ impl Recorder {
         }
     }
 
+    /// A process started with `target` by `method` at `site` (one record per target and line).
+    pub fn child_process(&mut self, target: String, method: String, site: &At) {
+        let location = self.loc(site);
+        if let Some(c) = self
+            .capture
+            .children
+            .iter_mut()
+            .find(|c| c.target == target && c.location == location)
+        {
+            c.count += 1;
+            return;
+        }
+        if self.capture.children.len() < 100 {
+            self.capture.children.push(ChildRec {
+                target,
+                method,
+                count: 1,
+                location,
+            });
+        }
+    }
+
     /// Stores the watch record (the command becomes `watch`).
     pub fn set_watch(&mut self, record: WatchRec) {
         self.capture.watch = Some(record);

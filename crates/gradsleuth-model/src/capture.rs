@@ -688,6 +688,22 @@ pub struct Capture {
     /// Notes from the tracer itself (a hook that failed, a region it could not see).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Processes the script started (DataLoader workers excepted): work done in them is not
+    /// observed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildRec>,
+}
+
+/// Child processes started with one target from one line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildRec {
+    /// The function the processes run (`train`, `main.<locals>.worker`).
+    pub target: String,
+    /// The start method (`fork`, `spawn`, `forkserver`).
+    pub method: String,
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
 }
 
 impl Default for Capture {
@@ -717,6 +733,7 @@ impl Default for Capture {
             watch: None,
             graph: None,
             notes: Vec::new(),
+            children: Vec::new(),
         }
     }
 }

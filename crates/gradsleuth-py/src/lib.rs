@@ -173,6 +173,11 @@ impl Recorder {
         self.inner.module_site(key, &at(site));
     }
 
+    /// A process the script started (its target's name, the start method, where).
+    fn child_process(&mut self, target: String, method: String, site: Loc3) {
+        self.inner.child_process(target, method, &at(site));
+    }
+
     /// Where a tensor's `requires_grad` was set to False (the freeze's line).
     fn frozen_at(&mut self, key: u64, site: Loc3) {
         self.inner.frozen_at(key, &at(site));

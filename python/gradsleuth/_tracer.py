@@ -255,9 +255,8 @@ class Tracer:
             try:
                 target = getattr(process, "_target", None)
                 module = getattr(target, "__module__", "") or ""
-                if module.startswith(
-                    "torch.multiprocessing"
-                ):  # mp.spawn's wrapper: the user's function is its first argument
+                if module.startswith("torch.multiprocessing"):
+                    # mp.spawn's wrapper: the user's function is its first argument.
                     args = getattr(process, "_args", ())
                     target = args[0] if args and callable(args[0]) else target
                     module = getattr(target, "__module__", "") or ""

@@ -16,6 +16,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
         return out;
     }
     for o in &ctx.capture.optimizers {
+        // Unused needs evidence: this optimizer stepped while observed, and the tensor got no
+        // gradient there and did not change. A layer trained through its own optimizer by
+        // calling `self.forward()` directly (forward-forward training) is in no model the
+        // tracer saw, yet its tensors get gradients and move; an optimizer that never stepped
+        // in the window says nothing either way.
+        if !ctx.capture.steps.iter().any(|s| s.optimizer == o.key) {
+            continue;
+        }
         let stale: Vec<u64> = o
             .params
             .iter()
@@ -25,7 +33,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
                     .rec(*k)
                     .is_some_and(|t| t.kind == TensorKind::Foreign)
             })
-            .filter(|k| ctx.facts.get(*k).is_some_and(|f| !f.reached()))
+            .filter(|k| {
+                ctx.facts
+                    .get(*k)
+                    .is_some_and(|f| !f.reached() && !f.grad_nonzero() && !f.changed)
+            })
             .collect();
         if stale.is_empty() {
             continue;
@@ -123,6 +135,30 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
         assert_eq!(f[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn tensors_that_get_gradients_and_move_are_used_whoever_calls_them() {
+        // Forward-forward: a layer called through `self.forward()` with its own optimizer.
+        let mut s = healthy(2);
+        s.capture.optimizers[0].params = vec![30, 31];
+        s.tensor(30, "<optimizer>", 1, TensorKind::Foreign);
+        s.tensor(31, "<optimizer>", 1, TensorKind::Foreign);
+        for st in &mut s.capture.steps {
+            st.grad_norms = vec![(30, Some(0.5)), (31, Some(0.1))];
+        }
+        s.capture.weight_changes = vec![(30, true), (31, true)];
+        assert!(s.run(&CHECK).is_empty());
+    }
+
+    #[test]
+    fn an_optimizer_that_never_stepped_in_the_window_holds_nothing_stale() {
+        let mut s = healthy(2);
+        s.capture.optimizers[0].params = vec![30, 31];
+        s.tensor(30, "<optimizer>", 1, TensorKind::Foreign);
+        s.tensor(31, "<optimizer>", 1, TensorKind::Foreign);
+        s.capture.steps.clear();
+        assert!(s.run(&CHECK).is_empty());
     }
 
     #[test]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -80,3 +82,29 @@ def results():
     process, report)."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(CASES, pool.map(_run_case, CASES)))
+
+
+def code_in_fix(fix: str) -> list[str]:
+    """The code a fix shows (`...` spans that are Python statements or expressions, not a bare
+    name): what a user would paste."""
+    spans = re.findall(r"`([^`]+)`", fix)
+    return [s for s in spans if re.search(r"[=(\[]", s) and not s.startswith("--")]
+
+
+def parses(code: str) -> bool:
+    try:
+        ast.parse(as_statement(code))
+    except SyntaxError:
+        return False
+    return True
+
+
+def as_statement(code: str) -> str:
+    """A method fragment (`.detach()`) on a name, a block header (`with torch.no_grad():`) with
+    a body: what the user pastes them into."""
+    code = code.strip()
+    if code.startswith("."):
+        code = "x" + code
+    if code.endswith(":"):
+        code += "\n    pass"
+    return code

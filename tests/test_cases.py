@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CASES
+from conftest import CASES, code_in_fix, parses
 
 
 def _matches(finding, want):
@@ -71,3 +71,13 @@ def test_case(case, results):
     for status in expected.get("statuses", {}).items():
         row = next((p for p in report["parameters"] if p["name"] == status[0]), None)
         assert row is not None and row["status"] == status[1], (status, row)
+
+
+def test_every_fix_shown_on_the_corpus_is_python_that_parses(results):
+    broken = []
+    for case, (_, _, report) in results.items():
+        for f in (report or {}).get("findings", []):
+            for code in code_in_fix(f.get("fix") or ""):
+                if not parses(code):
+                    broken.append((case.name, f["code"], code))
+    assert not broken, "\n".join(map(str, broken))

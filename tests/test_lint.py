@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, report_of, run_gradsleuth
+from conftest import ROOT, code_in_fix, parses, report_of, run_gradsleuth
 
 CASES = ROOT / "tests" / "cases"
 
@@ -73,6 +73,11 @@ def test_lint_agrees_with_the_runtime_on_static_bugs():
     assert not missing, missing
     flagged_controls = {c for c, _, _ in found if c.startswith("control_")}
     assert not flagged_controls, flagged_controls
+    # Every fix shown is Python a user can paste.
+    broken = [
+        (f["code"], code) for f in report["findings"] for code in code_in_fix(f.get("fix") or "") if not parses(code)
+    ]
+    assert not broken, broken
     # Exact ranges for editors.
     for f in report["findings"]:
         loc = f["location"]

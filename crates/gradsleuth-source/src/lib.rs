@@ -138,6 +138,71 @@ impl SourceCache {
         None
     }
 
+    /// The filter that chose an optimizer's parameters, for the optimizer built at `line`: in
+    /// its function (or the 60 lines above it at module level), the last line up to the end of
+    /// its statement that selects from `parameters()`/`named_parameters()` with a condition: a
+    /// comprehension's `if` (on that line or the next two of a multi-line one), a `filter(`, or
+    /// the first `if` inside a `for ... in ...parameters():` loop.
+    pub fn parameter_filter(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let at = (line as usize)
+            .checked_sub(1)
+            .filter(|i| *i < lines.len())?;
+        let def = enclosing(lines, line).find(|&i| {
+            let t = lines[i].trim_start();
+            t.starts_with("def ") || t.starts_with("async def ")
+        });
+        let start = def.unwrap_or(at.saturating_sub(60));
+        // The optimizer's statement may continue on the next lines (an open bracket).
+        let mut end = at;
+        let mut depth: i32 = 0;
+        for (i, l) in lines.iter().enumerate().skip(at) {
+            for c in strip_comment(l).chars() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            end = i;
+            if depth <= 0 || i > at + 20 {
+                break;
+            }
+        }
+        let selects = |l: &str| l.contains("parameters()");
+        let mut found = None;
+        for i in start..=end.min(lines.len() - 1) {
+            let l = strip_comment(&lines[i]);
+            if !selects(l) {
+                continue;
+            }
+            let t = l.trim_start();
+            if t.starts_with("for ") && t.trim_end().ends_with(':') {
+                let indent = indentation(&lines[i]);
+                let body = (i + 1..lines.len().min(i + 30))
+                    .take_while(|&j| {
+                        let b = lines[j].trim();
+                        b.is_empty() || b.starts_with('#') || indentation(&lines[j]) > indent
+                    })
+                    .find(|&j| lines[j].trim_start().starts_with("if "));
+                if let Some(j) = body {
+                    found = Some(j);
+                }
+                continue;
+            }
+            if l.contains("filter(") {
+                found = Some(i);
+                continue;
+            }
+            if let Some(j) =
+                (i..(i + 3).min(lines.len())).find(|&j| strip_comment(&lines[j]).contains(" if "))
+            {
+                found = Some(j);
+            }
+        }
+        found.map(|i| i as u32 + 1)
+    }
+
     /// The branch that decides whether `line` runs: going up through the enclosing function,
     /// the nearest `if`/`elif`/`else`/`while`/`for`/`case` whose block contains `line`.
     pub fn enclosing_branch(&mut self, file: &str, line: u32) -> Option<u32> {
@@ -294,6 +359,38 @@ impl SourceCache {
     }
 
     /// A location with its snippet and the column of the first non-blank character.
+    /// The whole statement starting at `line`, its continuation lines joined into one (open
+    /// brackets closed, comments dropped): `self.convs = [nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3)]`.
+    pub fn statement(&mut self, file: &str, line: u32) -> Option<String> {
+        let lines = self.lines(file)?;
+        let at = (line as usize)
+            .checked_sub(1)
+            .filter(|i| *i < lines.len())?;
+        let mut out = String::new();
+        let mut depth: i32 = 0;
+        for l in lines.iter().skip(at).take(50) {
+            let part = strip_comment(l).trim();
+            let glue = !(out.is_empty()
+                || out.ends_with(['(', '[', '{'])
+                || part.starts_with([')', ']', '}']));
+            if glue {
+                out.push(' ');
+            }
+            out.push_str(part.trim_end_matches('\\').trim_end());
+            for c in part.chars() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if depth <= 0 && !part.ends_with('\\') {
+                return Some(out);
+            }
+        }
+        None
+    }
+
     pub fn location(&mut self, file: &str, line: u32) -> Location {
         let mut loc = Location::new(file, line);
         if let Some(text) = self.line(file, line) {
@@ -512,6 +609,34 @@ mod tests {
     }
 
     const SRC: &str = "import torch\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.heads = [nn.Linear(4, 4) for _ in range(2)]  # bug\n        self.heads_count = 2\n        self.register_buffer(\"scale\", torch.ones(3))\n\n    def forward(self, x):\n        h = nn.Linear(4, 4)(x)\n        return h\n\nx = 1\n";
+
+    #[test]
+    fn finds_the_filter_that_chose_an_optimizers_parameters() {
+        // A comprehension's condition on the next line of a multi-line group.
+        let (_d, p) = file("def build(model):\n    no_decay = [\"bias\"]\n    groups = [\n        {\"params\": [p for n, p in model.named_parameters()\n                    if not any(nd in n for nd in no_decay)]},\n    ]\n    return torch.optim.AdamW(groups, lr=1e-3)\n");
+        let mut c = SourceCache::new();
+        assert_eq!(c.parameter_filter(&p, 7), Some(5));
+        // Inside the optimizer's own call, and through `filter(`.
+        let (_d, p) = file("opt = torch.optim.SGD(\n    filter(lambda p: p.ndim > 1, model.parameters()),\n    lr=0.1,\n)\n");
+        assert_eq!(c.parameter_filter(&p, 1), Some(2));
+        // A loop's `if`.
+        let (_d, p) = file("def f(model):\n    decay = []\n    for n, p in model.named_parameters():\n        if n.endswith(\"weight\"):\n            decay.append(p)\n    return Adam(decay)\n");
+        assert_eq!(c.parameter_filter(&p, 6), Some(4));
+        // No condition: no filter.
+        let (_d, p) = file("def f(model):\n    groups = [{\"params\": model.backbone.parameters()}]\n    return SGD(groups)\n");
+        assert_eq!(c.parameter_filter(&p, 3), None);
+    }
+
+    #[test]
+    fn a_statement_over_several_lines_is_joined_whole() {
+        let (_d, p) = file("class M:\n    def __init__(self):\n        self.convs = [nn.Conv2d(1, 32, 3, 1),  # first\n                      nn.Conv2d(32, 64, 3, 1),\n        ]\n");
+        let mut c = SourceCache::new();
+        assert_eq!(
+            c.statement(&p, 3).as_deref(),
+            Some("self.convs = [nn.Conv2d(1, 32, 3, 1), nn.Conv2d(32, 64, 3, 1),]")
+        );
+        assert_eq!(c.statement(&p, 2).as_deref(), Some("def __init__(self):"));
+    }
 
     #[test]
     fn finds_attribute_assignments_in_the_class() {

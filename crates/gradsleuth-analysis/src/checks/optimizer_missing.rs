@@ -17,11 +17,78 @@ fn run(ctx: &Context) -> Vec<Finding> {
         })
         .map(|(t, _)| t.key)
         .collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
     let opt = &ctx.capture.optimizers[0];
+    let held = ctx
+        .capture
+        .optimizers
+        .iter()
+        .map(|o| o.params.len())
+        .sum::<usize>();
+    let groups = group_by_module(ctx, &missing);
+    // One cause, one finding: a filter that chose an optimizer's parameters (a weight-decay
+    // split that forgot its second group, a name filter) drops every module it misses at once.
+    let filter = ctx.capture.optimizers.iter().find_map(|o| {
+        let at = o.created_at.as_ref()?;
+        let line = ctx
+            .source
+            .borrow_mut()
+            .parameter_filter(&at.file, at.line)?;
+        let loc = ctx.source.borrow_mut().location(&at.file, line);
+        Some((o, loc))
+    });
+    if let Some((o, at)) = filter {
+        let names = super::names(ctx, &missing);
+        ctx.claim(missing.iter().copied());
+        let modules: Vec<String> = groups
+            .iter()
+            .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
+            .map(|m| format!("`{}`", module_name(m)))
+            .collect();
+        let within = match modules.len() {
+            0 => String::new(),
+            1..=4 => format!(" of {}", modules.join(", ")),
+            n => format!(" of {n} modules ({}, …)", modules[..3].join(", ")),
+        };
+        let one = names.len() == 1;
+        return vec![CHECK
+            .finding(
+                Severity::Error,
+                format!(
+                    "{}{within} {} gradients but no optimizer holds {}: the filter that chose `{}`'s parameters leaves {} out, so {} never updated.",
+                    plural(names.len(), "parameter"),
+                    if one { "gets" } else { "get" },
+                    if one { "it" } else { "them" },
+                    o.class,
+                    if one { "it" } else { "them" },
+                    if one { "it is" } else { "they are" },
+                ),
+            )
+            .params(names)
+            .at(Some(at))
+            .related(
+                ctx.locate(o.created_at.as_ref()),
+                "the optimizer, built from the filtered parameters",
+            )
+            .chain([
+                "gradient reaches .grad".into(),
+                "the parameter filter excludes them ✗".into(),
+                format!("the optimizer holds {held} other tensors, not these"),
+            ])
+            .fix("Widen the filter, or give the parameters it leaves out a group of their own, e.g. `{\"params\": excluded, \"weight_decay\": 0.0}` in a weight-decay split.")];
+    }
+    let (opt_var, root) = ctx
+        .locate(opt.created_at.as_ref())
+        .and_then(|l| l.snippet)
+        .map(|s| names_in_creation(&s))
+        .unwrap_or_else(|| ("optimizer".into(), "model".into()));
     let mut out = Vec::new();
-    for g in group_by_module(ctx, &missing) {
+    for g in groups {
         let names = super::names(ctx, &g.keys);
-        let what = match g.module.and_then(|m| ctx.capture.module(m)) {
+        let module = g.module.and_then(|m| ctx.capture.module(m));
+        let what = match module {
             Some(m) => format!(
                 "`{}` ({})",
                 module_name(m),
@@ -29,13 +96,18 @@ fn run(ctx: &Context) -> Vec<Finding> {
             ),
             None => super::name_list(&names),
         };
+        let params = match module {
+            Some(m) if !m.name.is_empty() => format!("{root}.{}.parameters()", m.name),
+            _ => format!(
+                "[{}]",
+                names
+                    .iter()
+                    .map(|n| format!("{root}.{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         ctx.claim(g.keys.iter().copied());
-        let held = ctx
-            .capture
-            .optimizers
-            .iter()
-            .map(|o| o.params.len())
-            .sum::<usize>();
         out.push(
             CHECK.finding(Severity::Error,
                 format!("{what} {} gradients but no optimizer holds {}, so {} never updated.", if names.len() == 1 { "gets" } else { "get" }, if names.len() == 1 { "it" } else { "them" }, if names.len() == 1 { "it is" } else { "they are" }),
@@ -46,10 +118,45 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 "gradient reaches .grad".into(),
                 format!("the optimizer holds {} other tensors, not these ✗", held),
             ])
-            .fix(format!("Build `{}` from `model.parameters()`, or add the group: `optimizer.add_param_group({{\"params\": <module>.parameters()}})`.", opt.class)),
+            .fix(format!("Build `{}` from `{root}.parameters()`, or add the group: `{opt_var}.add_param_group({{\"params\": {params}}})`.", opt.class)),
         );
     }
     out
+}
+
+/// From the optimizer's line (`opt = torch.optim.Adam(net.parameters(), ...)`): the variable
+/// it is assigned to and the model variable its parameters come from, for a fix a user can
+/// paste (`optimizer` and `model` when the line does not say).
+fn names_in_creation(line: &str) -> (String, String) {
+    let is_name = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+            && !s.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+    };
+    let opt_var = line
+        .split_once('=')
+        .map(|(l, _)| l.trim())
+        .filter(|l| is_name(l))
+        .unwrap_or("optimizer")
+        .to_owned();
+    let root = line
+        .find("parameters()")
+        .map(|i| {
+            let before = line[..i].trim_end_matches("named_").trim_end_matches('.');
+            let start = before
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                .map_or(0, |j| j + 1);
+            before[start..]
+                .trim_start_matches("self.")
+                .split('.')
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .filter(|r| is_name(r) && r != "self")
+        .unwrap_or_else(|| "model".into());
+    (opt_var, root)
 }
 
 #[cfg(test)]
@@ -73,6 +180,22 @@ mod tests {
             f[0].message
         );
         assert_eq!(f[0].params, vec!["head.weight", "head.bias"]);
+    }
+
+    #[test]
+    fn the_fix_names_the_scripts_own_variables() {
+        assert_eq!(
+            names_in_creation("    opt = torch.optim.Adam(net.parameters(), lr=lr)"),
+            ("opt".into(), "net".into())
+        );
+        assert_eq!(
+            names_in_creation("    return torch.optim.SGD(groups, lr=base_lr)"),
+            ("optimizer".into(), "model".into())
+        );
+        assert_eq!(
+            names_in_creation("self.opt = AdamW(self.model.encoder.named_parameters())"),
+            ("self.opt".into(), "model".into())
+        );
     }
 
     #[test]

@@ -11,8 +11,10 @@ use crate::Context;
 pub const CHECK: Check = Check { code: "GS103", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
-    // (owner module, top-level attribute) -> tensors
+    // (owner module, top-level attribute) -> tensors; every instance of one class shares the
+    // line that made the container: one finding for them all, located at the first.
     let mut groups: BTreeMap<(u64, String), Vec<u64>> = BTreeMap::new();
+    let mut first_owner: BTreeMap<(String, String), u64> = BTreeMap::new();
     for (t, f) in ctx.facts.iter() {
         let container = t.kind == TensorKind::Container && t.requires_grad;
         let attribute = t.kind == TensorKind::Attribute && t.requires_grad && t.is_leaf;
@@ -20,10 +22,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
             continue;
         }
         let Some(owner) = t.module else { continue };
-        groups
-            .entry((owner, top_attr(&t.attr).to_owned()))
-            .or_default()
-            .push(t.key);
+        let attr = top_attr(&t.attr).to_owned();
+        let class = ctx
+            .capture
+            .module(owner)
+            .map(|m| m.class.clone())
+            .unwrap_or_default();
+        let owner = *first_owner.entry((class, attr.clone())).or_insert(owner);
+        groups.entry((owner, attr)).or_default().push(t.key);
     }
     let mut out = Vec::new();
     for ((owner, attr), keys) in groups {
@@ -80,8 +86,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
                         Severity::Error
                     },
                     format!(
-                        "{} in {holder} are not registered: {consequence}.",
-                        plural(names.len(), "parameter")
+                        "{} in {holder} {} not registered: {consequence}.",
+                        plural(names.len(), "parameter"),
+                        if names.len() == 1 { "is" } else { "are" }
                     ),
                 )
                 .params(names.clone())
@@ -111,12 +118,18 @@ fn fix_for(
     attr: &str,
     modules: bool,
 ) -> String {
+    // The whole assignment, however many lines it spans (a list written one layer per line).
     let line = tensors
         .first()
         .and_then(|t| t.module)
         .and_then(|m| ctx.capture.module(m))
         .and_then(|m| attr_assignment(ctx, m, attr))
-        .and_then(|l| l.snippet)
+        .and_then(|l| {
+            ctx.source
+                .borrow_mut()
+                .statement(&l.file, l.line)
+                .or(l.snippet)
+        })
         .unwrap_or_default();
     let rhs = line.split_once('=').map(|(_, r)| r.trim()).unwrap_or("");
     let container = tensors.iter().any(|t| t.kind == TensorKind::Container);
@@ -174,6 +187,30 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains("nn.ModuleList([nn.Linear(4, 2) for _ in range(3)])"));
+    }
+
+    #[test]
+    fn the_fix_of_a_list_written_over_several_lines_is_the_whole_list_wrapped() {
+        let mut s = healthy(2);
+        let file = s.source("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.convs = [nn.Conv2d(1, 32, 3, 1),\n                      nn.Conv2d(32, 64, 3, 1)]\n");
+        s.capture.modules[0].class_def = Some(gradsleuth_model::Location::new(file, 1));
+        s.module(3, "Conv2d", "convs[0]", Some(1), ModuleKind::Container, 2)
+            .attr = "convs[0]".into();
+        s.tensor(20, "convs.0.weight", 1, TensorKind::Container)
+            .attr = "convs.0.weight".into();
+        s.capture.backwards[0].reached.push(20);
+        let f = s.run(&CHECK);
+        assert!(
+            f[0].message.starts_with(
+                "1 parameter in 1 module kept in the plain container `Net.convs` is not registered"
+            ),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(
+            f[0].fix.as_deref(),
+            Some("Register the container: `self.convs = nn.ModuleList([nn.Conv2d(1, 32, 3, 1), nn.Conv2d(32, 64, 3, 1)])`.")
+        );
     }
 
     #[test]

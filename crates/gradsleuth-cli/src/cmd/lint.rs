@@ -142,8 +142,12 @@ pub fn run(args: LintArgs) -> Result<i32, CliError> {
     let started = std::time::Instant::now();
     let result = gradsleuth_lint::lint_paths(&paths, &options);
     eprintln!(
-        "gradsleuth lint: checked {} files ({} lines) in {:.2} s",
-        result.files,
+        "gradsleuth lint: checked {} ({} lines) in {:.2} s",
+        if result.files == 1 {
+            "1 file".to_owned()
+        } else {
+            format!("{} files", result.files)
+        },
         result.lines,
         started.elapsed().as_secs_f64()
     );

@@ -116,13 +116,38 @@ fn replaces_trained(ck: &Checker, attr: &str) -> bool {
     })
 }
 
+/// Whether `owner` (`model`, `self.net`) is built by a call to a class or function this file
+/// does not define (`torchvision.models.resnet18()`, `AutoModel.from_pretrained(...)`).
+fn built_elsewhere(ck: &Checker, owner: &str) -> bool {
+    let needle = format!("{owner} = ");
+    let Some(i) = ck.source.find(&needle) else {
+        return false;
+    };
+    let value = ck.source[i + needle.len()..].lines().next().unwrap_or("");
+    let Some(callee) = value
+        .split('(')
+        .next()
+        .filter(|c| value.contains('(') && !c.is_empty())
+    else {
+        return false;
+    };
+    let first = callee.trim().split('.').next().unwrap_or("");
+    let last = callee.trim().rsplit('.').next().unwrap_or("");
+    let defined = |name: &str| {
+        ck.source.contains(&format!("class {name}("))
+            || ck.source.contains(&format!("class {name}:"))
+            || ck.source.contains(&format!("def {name}("))
+    };
+    !(defined(first) || defined(last))
+}
+
 pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, String)]) {
     let mut stmts = Vec::new();
     flatten(body, &mut stmts);
     // (optimizer call range, its owners, still current)
     let mut optimizers: Vec<(TextRange, Vec<String>)> = Vec::new();
-    // (optimizer, replacement, replaced attribute)
-    let mut hits: Vec<(TextRange, TextRange, String)> = Vec::new();
+    // (optimizer, replacement, replaced attribute, the model it belongs to)
+    let mut hits: Vec<(TextRange, TextRange, String, String)> = Vec::new();
     for s in stmts {
         let (targets, value): (Vec<&Expr>, Option<&Expr>) = match s {
             Stmt::Assign(a) => (a.targets.iter().collect(), Some(&a.value)),
@@ -135,7 +160,7 @@ pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, Strin
             parameter_owners(value, &mut owners);
             // A new optimizer over the same model supersedes the old one.
             optimizers.retain(|(_, o)| !o.iter().any(|x| owners.contains(x)));
-            hits.retain(|(opt, _, _)| optimizers.iter().any(|(r, _)| r == opt));
+            hits.retain(|(opt, _, _, _)| optimizers.iter().any(|(r, _)| r == opt));
             if !owners.is_empty() {
                 optimizers.push((value.range(), owners));
             }
@@ -162,19 +187,25 @@ pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, Strin
         };
         for (target, t) in targets {
             for (opt, owners) in &optimizers {
-                let owned = owners
-                    .iter()
-                    .find_map(|o| target.strip_prefix(&format!("{o}.")));
-                if let (Some(attr), false) = (owned, hits.iter().any(|h| h.0 == *opt)) {
-                    hits.push((*opt, t.range(), attr.to_owned()));
+                let owned = owners.iter().find_map(|o| {
+                    target
+                        .strip_prefix(&format!("{o}."))
+                        .map(|a| (o.clone(), a.to_owned()))
+                });
+                if let (Some((owner, attr)), false) = (owned, hits.iter().any(|h| h.0 == *opt)) {
+                    hits.push((*opt, t.range(), attr, owner));
                 }
             }
         }
     }
-    for (opt, replaced, attr) in hits {
+    for (opt, replaced, attr, owner) in hits {
         let loc = ck.location(&opt);
         let related = ck.location(&replaced);
-        let stale = replaces_trained(ck, &attr);
+        // One category per cause, as the runtime tells it: replacing a layer the model had
+        // (the optimizer keeps stepping the old tensors) is `optimizer_stale`; adding a new one
+        // is `optimizer_missing`. A model built by a class this file does not define (a
+        // library's) is fine-tuned by replacing its head: nothing added to it would run.
+        let stale = replaces_trained(ck, &attr) || built_elsewhere(ck, &owner);
         let mut f = RULE
             .finding(format!("The optimizer is built before `{attr}` is replaced: the new parameters get gradients but are never updated{}.", if stale { ", while the optimizer keeps updating the old ones" } else { "" }))
             .at(Some(loc))
@@ -193,6 +224,19 @@ pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, Strin
 #[cfg(test)]
 mod tests {
     use super::super::codes;
+
+    #[test]
+    fn a_library_models_head_replaced_after_the_optimizer_is_stale_as_at_run_time() {
+        use gradsleuth_model::Category;
+        let src = "import torchvision\nmodel = torchvision.models.resnet18(num_classes=10)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.fc = nn.Linear(512, 3)\n";
+        let f = crate::lint_source("t.py", src).unwrap();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].category, Category::OptimizerStale);
+        // Added to a model this file defines: missing.
+        let src = "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 2)\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.adapter = nn.Linear(2, 2)\n";
+        let f = crate::lint_source("t.py", src).unwrap();
+        assert_eq!(f[0].category, Category::OptimizerMissing);
+    }
 
     #[test]
     fn flags_adapter_added_after_optimizer() {

@@ -212,6 +212,33 @@ def test_pyproject_configuration(tmp_path):
     assert proc.returncode == 2 and "ignroe" in proc.stderr and "Traceback" not in proc.stderr
 
 
+MULTI_LINE_LIST = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = [nn.Conv2d(1, 8, 3, 1),
+                      nn.Conv2d(8, 16, 3, 1)]
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        for c in self.convs:
+            x = F.relu(c(x))
+        return self.fc(x.mean((2, 3)))
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    F.cross_entropy(model(torch.randn(4, 1, 12, 12)), torch.randint(0, 10, (4,))).backward()
+    opt.step()
+"""
+
+
 def test_fix_and_diff_keep_meaning(tmp_path):
     proj = _project(tmp_path)
     shutil.copy(CASES / "unregistered_dict_experts" / "train.py", proj / "moe.py")
@@ -233,6 +260,14 @@ def test_fix_and_diff_keep_meaning(tmp_path):
         run = run_gradsleuth("run", "--format", "json", "--out", out, name, cwd=proj)
         report = report_of(out.read_text())
         assert [f for f in report["findings"] if f["severity"] == "error"] == [], (name, run.stderr[-2000:])
+    # A list written one layer per line is wrapped whole, and the fixed script trains it.
+    (proj / "convs.py").write_text(MULTI_LINE_LIST)
+    proc = run_gradsleuth("lint", "--isolated", "--fix", "convs.py", cwd=proj)
+    assert "fixed 1 finding(s) in 1 file(s)" in proc.stderr, proc.stderr
+    out = tmp_path / "convs.json"
+    run = run_gradsleuth("run", "--format", "json", "--out", out, "convs.py", cwd=proj)
+    assert out.exists(), run.stderr[-3000:]
+    assert [f for f in report_of(out.read_text())["findings"] if f["severity"] == "error"] == []
 
 
 def test_lint_does_not_import_torch(tmp_path):

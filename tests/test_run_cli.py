@@ -263,3 +263,40 @@ def test_the_bootstrap_refuses_a_run_configuration_it_cannot_read(write_script, 
         assert proc.returncode == 2, proc.stderr
         assert "gradsleuth: error:" in proc.stderr and says in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr and "ran" not in proc.stdout
+
+
+WARNS = """
+import warnings
+import torch, torch.nn as nn, torch.nn.functional as F
+
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    h = model[0](torch.randn(8, 4))
+    copy = torch.tensor(h)
+    d = F.dropout2d(h, 0.1)
+    loss = model[2](F.relu(h)).pow(2).mean() + d.mean() * 0
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def _warning_lines(stderr: str) -> list[str]:
+    return sorted({line for line in stderr.splitlines() if "Warning: " in line and line.startswith("/")})
+
+
+@pytest.mark.parametrize("mode", [[], ["--deep"]])
+def test_warnings_raised_inside_ops_keep_the_users_line(mode, write_script, tmp_path):
+    """One warning from C++ (`torch.tensor(tensor)`), one from Python with a stack level
+    (`F.dropout2d` on a 2-D input): the same file and line as the plain run, and `-W error`
+    still turns the first into the script's exception."""
+    script = write_script(WARNS)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    want = _warning_lines(plain.stderr)
+    assert [w.split(": ")[0].rsplit(":", 1)[1] for w in want] == ["10", "9"], want
+    proc = run_gradsleuth("run", *mode, script, cwd=tmp_path)
+    assert _warning_lines(proc.stderr) == want, proc.stderr[-3000:]
+    strict = run_gradsleuth("run", *mode, script, cwd=tmp_path, env={"PYTHONWARNINGS": "error"})
+    assert strict.returncode == 1
+    assert "the script raised UserWarning: To copy construct" in strict.stdout + strict.stderr

@@ -1173,33 +1173,33 @@ def _variable_name(module, frame):
 
 
 def _make_op_mode(log, rec):
-    """The TorchFunctionMode of the deep step: calls the op, then forwards it to the Rust
-    op log. Nothing the log does can change what the op returns or raises."""
+    """The TorchFunctionMode of the deep step. Its `__torch_function__` is the native
+    `OpCall` bound to it (torch requires a method of the mode): it calls the op, then forwards
+    it to the Rust op log, and no Python frame of ours sits between the user's line and the op
+    (a warning the op raises keeps the user's location). Nothing the log does can change what
+    the op returns or raises."""
+    import types
+
     from torch.overrides import TorchFunctionMode
 
-    class _OpMode(TorchFunctionMode):
-        inside = 0
-        passive = False
+    from gradsleuth._core import OpCall
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            self.inside += 1
-            try:
-                out = func(*args, **(kwargs or {}))
-            except Exception as e:
-                if not self.passive:
-                    try:
-                        log.failed(rec, func, args if isinstance(args, tuple) else tuple(args), kwargs or None, str(e))
-                    except Exception:  # noqa: BLE001
-                        pass
-                raise
-            finally:
-                self.inside -= 1
-            if self.passive:
-                return out
-            try:
-                log.op(func, args if isinstance(args, tuple) else tuple(args), kwargs or None, out)
-            except Exception:  # noqa: BLE001
-                pass
-            return out
+    class _OpMode(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.call = OpCall(log, rec)
+            self.__torch_function__ = types.MethodType(self.call, self)  # type: ignore[method-assign]
+
+        @property
+        def inside(self) -> int:
+            return self.call.inside
+
+        @property
+        def passive(self) -> bool:
+            return self.call.passive
+
+        @passive.setter
+        def passive(self, value: bool) -> None:
+            self.call.passive = value
 
     return _OpMode()

@@ -589,6 +589,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTensorKind>()?;
     m.add_class::<watch::Watcher>()?;
     m.add_class::<oplog::OpLog>()?;
+    m.add_class::<oplog::OpCall>()?;
     m.add_class::<frames::Frames>()?;
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(render, m)?)?;

@@ -151,7 +151,9 @@ impl<'py> Host for PyHost<'py, '_> {
     }
 
     fn stack(&mut self, depth: usize) -> Vec<Site> {
-        match self.handles.getframe.bind(self.py).call1((1,)) {
+        // From the innermost Python frame: the mode's call is native (`OpCall`), and the walk
+        // skips gradsleuth's and torch's own frames wherever it is called from.
+        match self.handles.getframe.bind(self.py).call1((0,)) {
             Ok(frame) => self
                 .frames
                 .walk(frame, depth)
@@ -370,5 +372,224 @@ impl OpLog {
     #[getter]
     fn cut_count(&self) -> usize {
         self.log.cut_count()
+    }
+}
+
+/// The deep step's `__torch_function__`, bound to its mode: calls the op, then hands it to the
+/// op log. Native, so no Python frame of gradsleuth's stands between the user's line and the
+/// op: a warning the op raises (from Python with a stack level, or from C++) is attributed
+/// to the user's line, and `warnings` filters see it there, exactly as without gradsleuth.
+#[pyclass(module = "gradsleuth._core")]
+pub struct OpCall {
+    log: Py<OpLog>,
+    recorder: Py<Recorder>,
+    inside: std::sync::atomic::AtomicU32,
+    passive: std::sync::atomic::AtomicBool,
+    getframe: Py<PyAny>,
+    warnings: Py<PyAny>,
+    /// `torch.overrides.handle_torch_function`'s code: a torch function written in Python
+    /// reaches the mode through it, two frames (it and the function's outer call) above the
+    /// function's inner call.
+    handler: Option<Py<PyAny>>,
+    /// `__warningregistry__`s for warnings re-issued where no module's globals are at hand.
+    registries: Py<PyDict>,
+}
+
+#[pymethods]
+impl OpCall {
+    #[new]
+    fn new(py: Python<'_>, log: Py<OpLog>, recorder: Py<Recorder>) -> PyResult<Self> {
+        let handler = py
+            .import("torch.overrides")
+            .and_then(|m| m.getattr("handle_torch_function"))
+            .and_then(|f| f.getattr("__code__"))
+            .ok()
+            .map(Bound::unbind);
+        Ok(OpCall {
+            log,
+            recorder,
+            inside: 0.into(),
+            passive: false.into(),
+            getframe: py.import("sys")?.getattr("_getframe")?.unbind(),
+            warnings: py.import("warnings")?.into_any().unbind(),
+            handler,
+            registries: PyDict::new(py).unbind(),
+        })
+    }
+
+    /// Ops running now (1 inside `backward()`, which is an op to the mode).
+    #[getter]
+    fn inside(&self) -> u32 {
+        self.inside.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Set when the deep step ends: ops still pass through, none is recorded.
+    #[getter]
+    fn passive(&self) -> bool {
+        self.passive.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[setter]
+    fn set_passive(&self, value: bool) {
+        self.passive
+            .store(value, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `mode.__torch_function__(func, types, args, kwargs)`, with the mode as first argument.
+    #[pyo3(signature = (_mode, func, _types, args=None, kwargs=None))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        _mode: Bound<'py, PyAny>,
+        func: Bound<'py, PyAny>,
+        _types: Bound<'py, PyAny>,
+        args: Option<Bound<'py, PyAny>>,
+        kwargs: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let args: Bound<'py, PyTuple> = match args {
+            None => PyTuple::empty(py),
+            Some(a) => match a.cast_into::<PyTuple>() {
+                Ok(t) => t,
+                Err(e) => PyTuple::new(
+                    py,
+                    e.into_inner().try_iter()?.collect::<PyResult<Vec<_>>>()?,
+                )?,
+            },
+        };
+        let kwargs: Option<Bound<'py, PyDict>> = kwargs
+            .filter(|k| !k.is_none())
+            .map(|k| k.cast_into::<PyDict>())
+            .transpose()?
+            .filter(|k| !k.is_empty());
+        // A torch function written in Python (`F.dropout2d`) calls the mode from
+        // `handle_torch_function`, and calls itself again inside: a warning it raises with a
+        // stack level lands two frames off (in torch's own files). Its warnings are caught
+        // and re-issued where they would be without the mode.
+        let frame = self.getframe.bind(py).call1((0,)).ok();
+        let via_python = match (&self.handler, &frame) {
+            (Some(code), Some(f)) => f
+                .getattr(pyo3::intern!(py, "f_code"))
+                .is_ok_and(|c| c.is(code.bind(py))),
+            _ => false,
+        };
+        self.inside.fetch_add(1, Relaxed);
+        let result = match (via_python, frame) {
+            (true, Some(frame)) => self.call_relocating(py, &frame, &func, &args, kwargs.as_ref()),
+            _ => func.call(&args, kwargs.as_ref()),
+        };
+        self.inside.fetch_sub(1, Relaxed);
+        let passive = self.passive.load(Relaxed);
+        match result {
+            Ok(out) => {
+                if !passive {
+                    if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
+                        log.op(py, func, args, kwargs, out.clone());
+                    }
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                if !passive {
+                    if let (Ok(mut log), Ok(rec)) = (
+                        self.log.bind(py).try_borrow_mut(),
+                        self.recorder.bind(py).try_borrow_mut(),
+                    ) {
+                        let message = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+                        log.failed(py, rec, func, args, kwargs, &message);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl OpCall {
+    /// `func(*args, **kwargs)` with its warnings caught, then re-issued (under the user's own
+    /// filters) at the frame they would name without the mode: a location `i` frames above
+    /// `frame` (`handle_torch_function`'s) stands for the one `i + 2` frames above.
+    fn call_relocating<'py>(
+        &self,
+        py: Python<'py>,
+        frame: &Bound<'py, PyAny>,
+        func: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let warnings = self.warnings.bind(py);
+        let opts = PyDict::new(py);
+        opts.set_item("record", true)?;
+        let cm = warnings.getattr("catch_warnings")?.call((), Some(&opts))?;
+        let caught = cm.call_method0("__enter__")?;
+        warnings.call_method1("simplefilter", ("always",))?;
+        let result = func.call(args, kwargs);
+        cm.call_method1("__exit__", (py.None(), py.None(), py.None()))?;
+        let out = result?;
+        if caught.len().unwrap_or(0) == 0 {
+            return Ok(out);
+        }
+        // The frames above, innermost first: (file, line, frame).
+        let mut frames: Vec<(String, u32, Bound<'py, PyAny>)> = Vec::new();
+        let mut f = frame.clone();
+        while !f.is_none() && frames.len() < 12 {
+            let file: String = f
+                .getattr("f_code")
+                .and_then(|c| c.getattr("co_filename"))
+                .and_then(|n| n.extract())
+                .unwrap_or_default();
+            let line: u32 = f.getattr("f_lineno").and_then(|l| l.extract()).unwrap_or(0);
+            let back = f.getattr("f_back")?;
+            frames.push((file, line, f));
+            f = back;
+        }
+        for w in caught.try_iter()? {
+            let w = w?;
+            let message = w.getattr("message")?;
+            let category = w.getattr("category")?;
+            let file: String = w.getattr("filename")?.extract()?;
+            let line: u32 = w.getattr("lineno")?.extract()?;
+            let at = frames
+                .iter()
+                .position(|(f, l, _)| *f == file && *l == line)
+                .and_then(|i| frames.get(i + 2));
+            match at {
+                Some((file, line, target)) => {
+                    let globals = target.getattr("f_globals")?.cast_into::<PyDict>()?;
+                    let module = globals
+                        .get_item("__name__")?
+                        .map_or_else(|| "<string>".into_pyobject(py).map(|m| m.into_any()), Ok)?;
+                    let registry = match globals.get_item("__warningregistry__")? {
+                        Some(r) => r,
+                        None => {
+                            let r = PyDict::new(py).into_any();
+                            globals.set_item("__warningregistry__", &r)?;
+                            r
+                        }
+                    };
+                    warnings.call_method1(
+                        "warn_explicit",
+                        (message, category, file, *line, module, registry, globals),
+                    )?;
+                }
+                None => {
+                    let registries = self.registries.bind(py);
+                    let registry = match registries.get_item(&file)? {
+                        Some(r) => r,
+                        None => {
+                            let r = PyDict::new(py).into_any();
+                            registries.set_item(&file, &r)?;
+                            r
+                        }
+                    };
+                    let module = file.trim_end_matches(".py").to_owned();
+                    warnings.call_method1(
+                        "warn_explicit",
+                        (message, category, file, line, module, registry),
+                    )?;
+                }
+            }
+        }
+        Ok(out)
     }
 }

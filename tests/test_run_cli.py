@@ -300,3 +300,13 @@ def test_warnings_raised_inside_ops_keep_the_users_line(mode, write_script, tmp_
     strict = run_gradsleuth("run", *mode, script, cwd=tmp_path, env={"PYTHONWARNINGS": "error"})
     assert strict.returncode == 1
     assert "the script raised UserWarning: To copy construct" in strict.stdout + strict.stderr
+
+
+def test_the_report_says_what_observing_cost(write_script, tmp_path):
+    script = write_script(WARNS)
+    proc, report = run_json(script, cwd=tmp_path, tmp_path=tmp_path)
+    cost = report["observation"]
+    assert (cost["op_level_steps"], cost["cheap_steps"]) == (1, 2), cost
+    assert cost["op_level_seconds"] > 0 and cost["cheap_step_seconds"] > 0
+    text = run_gradsleuth("run", "--deep", script, cwd=tmp_path).stdout
+    assert "observation: 3 op-level steps, " in text, text

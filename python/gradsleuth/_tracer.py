@@ -164,6 +164,7 @@ class Tracer:
         self.active = False
         self.done = False
         self._handles: list = []
+        self._t_iteration: float | None = None
         self._patches: list = []
         self._unpatch: list = []
         self._keys: dict[int, int] = {}
@@ -478,6 +479,8 @@ class Tracer:
         try:
             key = self.key(module)
             if self._depth == 0:
+                if self._t_iteration is None:
+                    self._t_iteration = time.perf_counter()  # the first observed iteration starts
                 self._root_call += 1
                 self.rec.root_call()
                 self._progress("forward")
@@ -826,6 +829,7 @@ class Tracer:
         was, so these are the gradients the step used (unscaled, under GradScaler)."""
         if not self.active:
             return
+        op_level = self._oplog is not None
         try:
             okey = self.key(opt)
             params = self._opt_params(opt)
@@ -851,6 +855,10 @@ class Tracer:
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
         if self._scaler_depth == 0:
+            if self._t_iteration is not None:  # what observing this iteration cost, in wall time
+                now = time.perf_counter()
+                self.rec.step_time(now - self._t_iteration, op_level)
+                self._t_iteration = now
             self._progress("step")
             self._check_done()
 
@@ -1178,8 +1186,6 @@ def _make_op_mode(log, rec):
     it to the Rust op log, and no Python frame of ours sits between the user's line and the op
     (a warning the op raises keeps the user's location). Nothing the log does can change what
     the op returns or raises."""
-    import types
-
     from torch.overrides import TorchFunctionMode
 
     from gradsleuth._core import OpCall
@@ -1188,7 +1194,8 @@ def _make_op_mode(log, rec):
         def __init__(self):
             super().__init__()
             self.call = OpCall(log, rec)
-            self.__torch_function__ = types.MethodType(self.call, self)  # type: ignore[method-assign]
+            self.call.bind(self)
+            self.__torch_function__ = self.call  # type: ignore[method-assign]
 
         @property
         def inside(self) -> int:

@@ -90,6 +90,7 @@ pub fn analyze_annotated(capture: &Capture, annotate: Annotate) -> Report {
     report.target = capture.target.clone();
     report.environment = capture.environment.clone();
     report.steps_observed = Some(ctx.facts.steps_observed);
+    report.observation = gradsleuth_model::report::ObservationCost::of(&capture.step_seconds);
     report.parameters = ctx.facts.rows();
     if let Some(w) = &capture.watch {
         report.steps_observed = Some(report.steps_observed.unwrap_or(0).max(w.steps as u32));

@@ -219,6 +219,15 @@ impl Recorder {
         }
     }
 
+    /// One observed iteration took `seconds` (op level or hooks only).
+    pub fn step_time(&mut self, seconds: f64, op_level: bool) {
+        if self.capture.step_seconds.len() < 10_000 && seconds.is_finite() && seconds >= 0.0 {
+            self.capture
+                .step_seconds
+                .push(StepTime { seconds, op_level });
+        }
+    }
+
     /// A process started with `target` by `method` at `site` (one record per target and line).
     pub fn child_process(&mut self, target: String, method: String, site: &At) {
         let location = self.loc(site);

@@ -692,6 +692,17 @@ pub struct Capture {
     /// observed here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildRec>,
+    /// Wall time of each observed iteration (first forward or previous step to this step),
+    /// and whether it ran at op level: what the diagnosis cost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_seconds: Vec<StepTime>,
+}
+
+/// One observed iteration's wall time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTime {
+    pub seconds: f64,
+    pub op_level: bool,
 }
 
 /// Child processes started with one target from one line.
@@ -734,6 +745,7 @@ impl Default for Capture {
             graph: None,
             notes: Vec::new(),
             children: Vec::new(),
+            step_seconds: Vec::new(),
         }
     }
 }

@@ -88,6 +88,50 @@ pub struct Report {
     pub findings: Vec<Finding>,
     #[serde(default)]
     pub error: Option<ReportErrorInfo>,
+    /// What observing cost: the observed iterations' wall time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<ObservationCost>,
+}
+
+/// The observed window's own cost, as wall time (the same iterations run plainly take less).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObservationCost {
+    /// The iterations traced op by op (the slowest: every torch call goes through the log):
+    /// how many, and their mean wall time.
+    #[serde(default)]
+    pub op_level_steps: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op_level_seconds: Option<f64>,
+    /// Iterations observed with hooks only.
+    pub cheap_steps: u32,
+    /// Their median wall time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cheap_step_seconds: Option<f64>,
+}
+
+impl ObservationCost {
+    pub fn of(times: &[crate::capture::StepTime]) -> Option<ObservationCost> {
+        if times.is_empty() {
+            return None;
+        }
+        let op: Vec<f64> = times
+            .iter()
+            .filter(|t| t.op_level)
+            .map(|t| t.seconds)
+            .collect();
+        let mut cheap: Vec<f64> = times
+            .iter()
+            .filter(|t| !t.op_level)
+            .map(|t| t.seconds)
+            .collect();
+        cheap.sort_by(f64::total_cmp);
+        Some(ObservationCost {
+            op_level_steps: op.len() as u32,
+            op_level_seconds: (!op.is_empty()).then(|| op.iter().sum::<f64>() / op.len() as f64),
+            cheap_steps: cheap.len() as u32,
+            cheap_step_seconds: (!cheap.is_empty()).then(|| cheap[cheap.len() / 2]),
+        })
+    }
 }
 
 impl Report {
@@ -103,6 +147,7 @@ impl Report {
             parameters: Vec::new(),
             findings: Vec::new(),
             error: None,
+            observation: None,
         }
     }
 

@@ -173,6 +173,11 @@ impl Recorder {
         self.inner.module_site(key, &at(site));
     }
 
+    /// One observed iteration's wall time, and whether it ran at op level.
+    fn step_time(&mut self, seconds: f64, op_level: bool) {
+        self.inner.step_time(seconds, op_level);
+    }
+
     /// A process the script started (its target's name, the start method, where).
     fn child_process(&mut self, target: String, method: String, site: Loc3) {
         self.inner.child_process(target, method, &at(site));

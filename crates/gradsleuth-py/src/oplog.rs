@@ -393,6 +393,9 @@ pub struct OpCall {
     handler: Option<Py<PyAny>>,
     /// `__warningregistry__`s for warnings re-issued where no module's globals are at hand.
     registries: Py<PyDict>,
+    /// The mode this is the `__torch_function__` of (weakly): torch requires the attribute's
+    /// `__self__` to be the mode.
+    mode: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -414,7 +417,25 @@ impl OpCall {
             warnings: py.import("warnings")?.into_any().unbind(),
             handler,
             registries: PyDict::new(py).unbind(),
+            mode: None,
         })
+    }
+
+    /// Binds this call to its mode (held weakly).
+    fn bind(&mut self, mode: Bound<'_, PyAny>) -> PyResult<()> {
+        let py = mode.py();
+        let weak = py.import("weakref")?.getattr("ref")?.call1((mode,))?;
+        self.mode = Some(weak.unbind());
+        Ok(())
+    }
+
+    /// The mode (what torch checks a mode's `__torch_function__` is bound to).
+    #[getter(__self__)]
+    fn self_<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.mode {
+            Some(w) => w.bind(py).call0(),
+            None => Ok(py.None().into_bound(py)),
+        }
     }
 
     /// Ops running now (1 inside `backward()`, which is an op to the mode).
@@ -435,12 +456,11 @@ impl OpCall {
             .store(value, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// `mode.__torch_function__(func, types, args, kwargs)`, with the mode as first argument.
-    #[pyo3(signature = (_mode, func, _types, args=None, kwargs=None))]
+    /// `mode.__torch_function__(func, types, args, kwargs)`.
+    #[pyo3(signature = (func, _types, args=None, kwargs=None))]
     fn __call__<'py>(
         &self,
         py: Python<'py>,
-        _mode: Bound<'py, PyAny>,
         func: Bound<'py, PyAny>,
         _types: Bound<'py, PyAny>,
         args: Option<Bound<'py, PyAny>>,

@@ -90,6 +90,49 @@ pub fn counts(report: &Report) -> String {
     }
 }
 
+/// Seconds as a person reads them: `412 ms`, `1.8 s`.
+fn duration(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.0} ms", seconds * 1e3)
+    } else {
+        format!("{seconds:.1} s")
+    }
+}
+
+/// What observing cost, in one line: `observation: op-level step 412 ms · 2 hook-only steps, 12 ms each (...)`
+/// (a mean over op-level steps, a median over hook-only ones).
+fn cost_line(c: &gradsleuth_model::report::ObservationCost) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(s) = c.op_level_seconds {
+        parts.push(if c.op_level_steps <= 1 {
+            format!("op-level step {}", duration(s))
+        } else {
+            format!(
+                "{} op-level steps, {} each",
+                c.op_level_steps,
+                duration(s)
+            )
+        });
+    }
+    if let Some(s) = c.cheap_step_seconds {
+        parts.push(if c.cheap_steps == 1 {
+            format!("1 hook-only step, {}", duration(s))
+        } else {
+            format!(
+                "{} hook-only steps, {} each",
+                c.cheap_steps,
+                duration(s)
+            )
+        });
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "  observation: {} (wall time, gradsleuth's cost included)",
+            parts.join(" · ")
+        )
+    })
+}
+
 pub fn text(report: &Report, opts: TextOptions) -> String {
     let p = Paint { on: opts.color };
     let mut out = String::new();
@@ -115,6 +158,9 @@ pub fn text(report: &Report, opts: TextOptions) -> String {
         );
     }
     let _ = writeln!(out, "{}", p.paint(bold(), &head));
+    if let Some(cost) = report.observation.as_ref().and_then(cost_line) {
+        let _ = writeln!(out, "{}", p.paint(dim(), &cost));
+    }
     if let Some(err) = &report.error {
         let what = if report.command == "explain" {
             "unrecognised error"
@@ -492,6 +538,34 @@ fn params(out: &mut String, report: &Report, opts: TextOptions, p: &Paint) {
 mod tests {
     use super::*;
     use gradsleuth_model::{Category, ParamRow};
+
+    #[test]
+    fn the_observations_cost_is_one_line() {
+        use gradsleuth_model::capture::StepTime;
+        let mut r = Report::new("run");
+        r.steps_observed = Some(3);
+        r.observation = gradsleuth_model::report::ObservationCost::of(&[
+            StepTime {
+                seconds: 0.412,
+                op_level: true,
+            },
+            StepTime {
+                seconds: 0.012,
+                op_level: false,
+            },
+            StepTime {
+                seconds: 1.5,
+                op_level: false,
+            },
+        ]);
+        let t = text(&r, TextOptions::default());
+        assert!(
+            t.lines().nth(1).unwrap().starts_with(
+                "  observation: op-level step 412 ms · 2 hook-only steps, 1.5 s each (wall time"
+            ),
+            "{t}"
+        );
+    }
 
     fn sample() -> Report {
         let mut r = Report::new("run");

@@ -107,22 +107,14 @@ fn cost_line(c: &gradsleuth_model::report::ObservationCost) -> Option<String> {
         parts.push(if c.op_level_steps <= 1 {
             format!("op-level step {}", duration(s))
         } else {
-            format!(
-                "{} op-level steps, {} each",
-                c.op_level_steps,
-                duration(s)
-            )
+            format!("{} op-level steps, {} each", c.op_level_steps, duration(s))
         });
     }
     if let Some(s) = c.cheap_step_seconds {
         parts.push(if c.cheap_steps == 1 {
             format!("1 hook-only step, {}", duration(s))
         } else {
-            format!(
-                "{} hook-only steps, {} each",
-                c.cheap_steps,
-                duration(s)
-            )
+            format!("{} hook-only steps, {} each", c.cheap_steps, duration(s))
         });
     }
     (!parts.is_empty()).then(|| {

@@ -154,21 +154,7 @@ impl SourceCache {
         });
         let start = def.unwrap_or(at.saturating_sub(60));
         // The optimizer's statement may continue on the next lines (an open bracket).
-        let mut end = at;
-        let mut depth: i32 = 0;
-        for (i, l) in lines.iter().enumerate().skip(at) {
-            for c in strip_comment(l).chars() {
-                match c {
-                    '(' | '[' | '{' => depth += 1,
-                    ')' | ']' | '}' => depth -= 1,
-                    _ => {}
-                }
-            }
-            end = i;
-            if depth <= 0 || i > at + 20 {
-                break;
-            }
-        }
+        let end = statement_end(lines, at, 20);
         let selects = |l: &str| l.contains("parameters()");
         let mut found = None;
         for i in start..=end.min(lines.len() - 1) {
@@ -286,21 +272,7 @@ impl SourceCache {
         let def_indent = indentation(&lines[def]);
         let call_indent = indentation(&lines[at]);
         // The end of the call's statement: brackets balanced.
-        let mut depth = 0i32;
-        let mut end = at;
-        for (i, l) in lines.iter().enumerate().skip(at) {
-            for c in strip_comment(l).chars() {
-                match c {
-                    '(' | '[' | '{' => depth += 1,
-                    ')' | ']' | '}' => depth -= 1,
-                    _ => {}
-                }
-            }
-            end = i;
-            if depth <= 0 {
-                break;
-            }
-        }
+        let end = statement_end(lines, at, usize::MAX);
         let mentions = |l: &str| word_positions(strip_comment(l), name);
         // In a loop, the next iteration may read it above the call.
         if let Some(head) = loop_head {
@@ -377,13 +349,7 @@ impl SourceCache {
                 out.push(' ');
             }
             out.push_str(part.trim_end_matches('\\').trim_end());
-            for c in part.chars() {
-                match c {
-                    '(' | '[' | '{' => depth += 1,
-                    ')' | ']' | '}' => depth -= 1,
-                    _ => {}
-                }
-            }
+            depth += bracket_balance(part);
             if depth <= 0 && !part.ends_with('\\') {
                 return Some(out);
             }
@@ -450,6 +416,33 @@ fn enclosing(lines: &[String], line: u32) -> impl Iterator<Item = usize> + '_ {
         }
         None
     })
+}
+
+/// Brackets a line opens minus those it closes (comments excluded).
+fn bracket_balance(line: &str) -> i32 {
+    strip_comment(line)
+        .chars()
+        .map(|c| match c {
+            '(' | '[' | '{' => 1,
+            ')' | ']' | '}' => -1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The last line (0-based) of the statement starting at `at`: where its brackets balance,
+/// looking at most `max` lines further.
+fn statement_end(lines: &[String], at: usize, max: usize) -> usize {
+    let mut depth = 0;
+    let mut end = at;
+    for (i, l) in lines.iter().enumerate().skip(at) {
+        depth += bracket_balance(l);
+        end = i;
+        if depth <= 0 || i - at >= max {
+            break;
+        }
+    }
+    end
 }
 
 fn indentation(line: &str) -> usize {

@@ -248,8 +248,9 @@ class Tracer:
         return self
 
     def _wrap_process_start(self, original):
-        """Processes the script starts (`mp.Process`, `mp.spawn`; DataLoader workers aside):
-        training done in them is not observed in this process, and the report says so."""
+        """Processes the script starts (`mp.Process`, `mp.spawn`): training done in them is
+        not observed in this process, and the report says so (the recorder leaves DataLoader
+        workers out)."""
         rec = self.rec
 
         def start(process):
@@ -261,10 +262,10 @@ class Tracer:
                     args = getattr(process, "_args", ())
                     target = args[0] if args and callable(args[0]) else target
                     module = getattr(target, "__module__", "") or ""
-                if target is not None and not module.startswith("torch.utils.data"):
+                if target is not None:
                     name = getattr(target, "__qualname__", None) or type(target).__name__
                     method = getattr(process, "_start_method", None) or multiprocessing_method()
-                    rec.child_process(name, method, site_of(sys._getframe(1)))
+                    rec.child_process(name, module, method, site_of(sys._getframe(1)))
             except Exception:  # noqa: BLE001 - never break the user's process start
                 pass
             return original(process)

@@ -405,12 +405,16 @@ class Watch:
         ref = self._only.get(id(opt))
         return ref is not None and ref() is opt
 
+    def _state(self, module):
+        """The forward state of a watched model (None for any other module, and for a new
+        module at a dead model's address)."""
+        st = self._forward_state.get(id(module))
+        return st if st is not None and st["model"]() is module else None
+
     def _hook_model(self, m):
-        key = id(m)
-        st = self._forward_state.get(key)
-        if st is not None and st["model"]() is m:
+        if self._state(m) is not None:
             return
-        self._forward_state[key] = {"model": weakref.ref(m)}
+        self._forward_state[id(m)] = {"model": weakref.ref(m)}
         if not self._module_hooks:
             from torch.nn.modules import module as module_mod
 
@@ -620,10 +624,7 @@ class Watch:
         """`run --watch`: the run's tracer saw `module` called as a root for the first time,
         from its global pre-hook. Watched from this very call, its first step can be re-run
         too (the global post hook records this call's inputs)."""
-        if self.closed or self._replaying:
-            return
-        st = self._forward_state.get(id(module))
-        if st is not None and st["model"]() is module:
+        if self.closed or self._replaying or self._state(module) is not None:
             return
         try:
             self._hook_model(module)
@@ -634,8 +635,8 @@ class Watch:
     def _fwd_pre(self, module, args):
         if _compiling():
             return None
-        st = self._forward_state.get(id(module))
-        if st is None or self._replaying or self.closed or st["model"]() is not module:
+        st = self._state(module)
+        if st is None or self._replaying or self.closed:
             return None
         if self._armed_by is not None and torch.is_grad_enabled():
             try:
@@ -656,10 +657,8 @@ class Watch:
     def _fwd_post(self, module, args, kwargs, output):
         if _compiling():
             return None
-        st = self._forward_state.get(id(module))
+        st = self._state(module)
         if st is None or self._replaying or self.closed or "rng" not in st or not torch.is_grad_enabled():
-            return None
-        if st["model"]() is not module:
             return None
         st["inputs"] = (args, kwargs)
         outs = [t for t in _flat_tensors(output) if t.requires_grad]

@@ -228,8 +228,13 @@ impl Recorder {
         }
     }
 
-    /// A process started with `target` by `method` at `site` (one record per target and line).
-    pub fn child_process(&mut self, target: String, method: String, site: &At) {
+    /// A process started with `target` (a function of `module`) by `method` at `site`, one
+    /// record per target and line. DataLoader workers (torch's own loop) are not the user's
+    /// training: left out.
+    pub fn child_process(&mut self, target: String, module: &str, method: String, site: &At) {
+        if module.starts_with("torch.utils.data") {
+            return;
+        }
         let location = self.loc(site);
         if let Some(c) = self
             .capture
@@ -693,6 +698,33 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_are_counted_per_target_and_line_and_dataloader_workers_left_out() {
+        let mut r = Recorder::new("run", 3, None, Vec::new());
+        let at = At {
+            file: Some("hogwild.py".into()),
+            line: Some(30),
+            function: None,
+        };
+        for _ in 0..2 {
+            r.child_process("train".into(), "__main__", "fork".into(), &at);
+        }
+        r.child_process(
+            "_worker_loop".into(),
+            "torch.utils.data._utils.worker",
+            "fork".into(),
+            &at,
+        );
+        assert_eq!(r.capture.children.len(), 1);
+        assert_eq!(
+            (
+                r.capture.children[0].target.as_str(),
+                r.capture.children[0].count
+            ),
+            ("train", 2)
+        );
+    }
 
     #[test]
     fn a_module_update_keeps_its_runs_and_definitions() {

@@ -178,9 +178,9 @@ impl Recorder {
         self.inner.step_time(seconds, op_level);
     }
 
-    /// A process the script started (its target's name, the start method, where).
-    fn child_process(&mut self, target: String, method: String, site: Loc3) {
-        self.inner.child_process(target, method, &at(site));
+    /// A process the script started (its target's name and module, the start method, where).
+    fn child_process(&mut self, target: String, module: &str, method: String, site: Loc3) {
+        self.inner.child_process(target, module, method, &at(site));
     }
 
     /// Where a tensor's `requires_grad` was set to False (the freeze's line).

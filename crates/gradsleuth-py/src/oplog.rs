@@ -391,6 +391,8 @@ pub struct OpCall {
     /// reaches the mode through it, two frames (it and the function's outer call) above the
     /// function's inner call.
     handler: Option<Py<PyAny>>,
+    /// `types.FunctionType`: what a torch function written in Python is.
+    function_type: Py<PyAny>,
     /// `__warningregistry__`s for warnings re-issued where no module's globals are at hand.
     registries: Py<PyDict>,
     /// The mode this is the `__torch_function__` of (weakly): torch requires the attribute's
@@ -416,6 +418,7 @@ impl OpCall {
             getframe: py.import("sys")?.getattr("_getframe")?.unbind(),
             warnings: py.import("warnings")?.into_any().unbind(),
             handler,
+            function_type: py.import("types")?.getattr("FunctionType")?.unbind(),
             registries: PyDict::new(py).unbind(),
             mode: None,
         })
@@ -486,17 +489,22 @@ impl OpCall {
         // `handle_torch_function`, and calls itself again inside: a warning it raises with a
         // stack level lands two frames off (in torch's own files). Its warnings are caught
         // and re-issued where they would be without the mode.
-        let frame = self.getframe.bind(py).call1((0,)).ok();
-        let via_python = match (&self.handler, &frame) {
-            (Some(code), Some(f)) => f
-                .getattr(pyo3::intern!(py, "f_code"))
-                .is_ok_and(|c| c.is(code.bind(py))),
-            _ => false,
+        // Only a Python function can have come through `handle_torch_function`; a native op
+        // (most of them) costs one type comparison here, no frame read.
+        let frame = if func.get_type().is(self.function_type.bind(py)) {
+            self.getframe.bind(py).call1((0,)).ok().filter(|f| {
+                self.handler.as_ref().is_some_and(|code| {
+                    f.getattr(pyo3::intern!(py, "f_code"))
+                        .is_ok_and(|c| c.is(code.bind(py)))
+                })
+            })
+        } else {
+            None
         };
         self.inside.fetch_add(1, Relaxed);
-        let result = match (via_python, frame) {
-            (true, Some(frame)) => self.call_relocating(py, &frame, &func, &args, kwargs.as_ref()),
-            _ => func.call(&args, kwargs.as_ref()),
+        let result = match frame {
+            Some(frame) => self.call_relocating(py, &frame, &func, &args, kwargs.as_ref()),
+            None => func.call(&args, kwargs.as_ref()),
         };
         self.inside.fetch_sub(1, Relaxed);
         let passive = self.passive.load(Relaxed);

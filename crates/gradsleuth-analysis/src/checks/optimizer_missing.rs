@@ -52,18 +52,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
             1..=4 => format!(" of {}", modules.join(", ")),
             n => format!(" of {n} modules ({}, …)", modules[..3].join(", ")),
         };
-        let one = names.len() == 1;
+        let (gets, it, it_is) = agreement(names.len());
         return vec![CHECK
             .finding(
                 Severity::Error,
                 format!(
-                    "{}{within} {} gradients but no optimizer holds {}: the filter that chose `{}`'s parameters leaves {} out, so {} never updated.",
+                    "{}{within} {gets} gradients but no optimizer holds {it}: the filter that chose `{}`'s parameters leaves {it} out, so {it_is} never updated.",
                     plural(names.len(), "parameter"),
-                    if one { "gets" } else { "get" },
-                    if one { "it" } else { "them" },
                     o.class,
-                    if one { "it" } else { "them" },
-                    if one { "it is" } else { "they are" },
                 ),
             )
             .params(names)
@@ -110,7 +106,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
         ctx.claim(g.keys.iter().copied());
         out.push(
             CHECK.finding(Severity::Error,
-                format!("{what} {} gradients but no optimizer holds {}, so {} never updated.", if names.len() == 1 { "gets" } else { "get" }, if names.len() == 1 { "it" } else { "them" }, if names.len() == 1 { "it is" } else { "they are" }),
+                {
+                    let (gets, it, it_is) = agreement(names.len());
+                    format!("{what} {gets} gradients but no optimizer holds {it}, so {it_is} never updated.")
+                },
             )
             .params(names)
             .at(ctx.locate(opt.created_at.as_ref()))
@@ -122,6 +121,15 @@ fn run(ctx: &Context) -> Vec<Finding> {
         );
     }
     out
+}
+
+/// The verb and pronouns agreeing with `n` parameters: ("gets", "it", "it is") or the plural.
+fn agreement(n: usize) -> (&'static str, &'static str, &'static str) {
+    if n == 1 {
+        ("gets", "it", "it is")
+    } else {
+        ("get", "them", "they are")
+    }
 }
 
 /// From the optimizer's line (`opt = torch.optim.Adam(net.parameters(), ...)`): the variable

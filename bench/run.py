@@ -15,6 +15,12 @@ explain: a 100 MB log and a 2 KB traceback, through the installed command and th
 where: `gradsleuth where torch.relu` with a cold and a warm index cache.
 merge: 1,000 synthetic rank captures of a 1,000-parameter model merged by `gradsleuth report DIR`
        (streamed, in parallel chunks) beside Python's json.load of the same files: s, peak RSS.
+programs: seven realistic training programs (bench/programs: a CNN classifier, a VAE, a GAN with two
+      optimizers, an LSTM language model, a small GPT, a graph attention network, transformers'
+      BERT from a config), each run as a script plainly, under `gradsleuth run` and under
+      `gradsleuth run --watch`, interleaved: the op-level iteration, the cheap-tier iterations,
+      those after the hooks are removed, and watch's steady state, as ratios to the same
+      iterations of the plain run.
 lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
       subset of torch's Python sources and on all of them: CPU s, wall s, lines/s, peak RSS.
 """
@@ -700,6 +706,78 @@ def bench_graph(blocks=1000, experts=11, dot_timeout=120):
         print(f"page load in headless Chromium: {opened:.2f} s (goal < 2 s)")
 
 
+# ---- real programs ------------------------------------------------------------------------
+
+# name -> optimizer steps per iteration (the observed window counts optimizer steps)
+PROGRAMS = {"cnn_mnist": 1, "vae": 1, "dcgan": 2, "lstm_lm": 1, "gpt": 1, "gat": 1, "hf_bert": 1}
+PROGRAM_GOALS = {"op-level": 1.3, "cheap tier": 1.03, "after removal": 1.0, "watch steady": 1.03}
+
+
+def _program_times(script, mode, iters):
+    import os
+    import subprocess
+    import tempfile
+
+    gs = os.path.join(os.path.dirname(sys.executable), "gradsleuth")
+    cmd = {
+        "plain": [sys.executable, script],
+        "run": [gs, "run", script],
+        "watch": [gs, "run", "--watch", script],
+    }[mode]
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        env = dict(os.environ, GS_BENCH_TIMES=f.name, GS_BENCH_ITERS=str(iters))
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        wall = time.perf_counter() - t0
+        if r.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+        return json.load(open(f.name)), wall
+
+
+def bench_programs(rounds=3, iters=30, steps=3):
+    """Real programs, run unmodified as scripts: plain, `gradsleuth run`, `gradsleuth run
+    --watch`, interleaved round by round. Per iteration index the median over rounds; then:
+    op-level = the first iteration (the one `run` records op by op), cheap tier = the rest of
+    the observed window (`steps` optimizer steps), after removal = the median of the
+    iterations from the window's end + 2 on, watch steady = the mean of iterations 10.. under
+    --watch (a mean: the update ratios sampled every 20th step count)."""
+    import os
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
+    print(f"\n## real programs: ratio to the same iterations run plainly (median of {rounds} runs), torch",
+          torch.__version__, "CPU, 1 thread")
+    cols = ("op-level", "cheap tier", "after removal", "watch steady")
+    print(f"{'program':11}{'plain ms/it':>12}" + "".join(f"{c:>15}" for c in cols) + f"{'process wall':>16}")
+    worst = dict.fromkeys(cols, 0.0)
+    for name, per_iter in PROGRAMS.items():
+        script = os.path.join(here, name + ".py")
+        runs = {m: [] for m in ("plain", "run", "watch")}
+        walls = {m: [] for m in runs}
+        for _ in range(rounds):
+            for m in runs:
+                times, wall = _program_times(script, m, iters)
+                runs[m].append(times)
+                walls[m].append(wall)
+        med = {m: [statistics.median(r[i] for r in runs[m]) for i in range(iters)] for m in runs}
+        window = -(-steps // per_iter)  # iterations the observed window touches
+        after = range(window + 2, iters)
+        plain_after = statistics.median(med["plain"][i] for i in after)
+        ratios = {
+            "op-level": med["run"][0] / med["plain"][0],
+            "cheap tier": sum(med["run"][1:window]) / sum(med["plain"][1:window]) if window > 1 else float("nan"),
+            "after removal": statistics.median(med["run"][i] for i in after) / plain_after,
+            "watch steady": statistics.mean(med["watch"][10:]) / statistics.mean(med["plain"][10:]),
+        }
+        for c in cols:
+            if ratios[c] == ratios[c]:
+                worst[c] = max(worst[c], ratios[c])
+        wall = f"{statistics.median(walls['run']) - statistics.median(walls['plain']):+.1f} s"
+        print(f"{name:11}{plain_after * 1e3:12.1f}" + "".join(f"{ratios[c]:14.2f}x" for c in cols) + f"{wall:>16}")
+    print("worst:     " + " " * 12 + "".join(f"{worst[c]:14.2f}x" for c in cols))
+    print("goals:     " + " " * 12 + "".join(f"{'<=' + format(PROGRAM_GOALS[c], '.2f'):>14}x" for c in cols))
+    print("(process wall: the run's whole wall time minus the plain one's: gradsleuth's start-up and report)")
+
+
 def bench_where(repeats=5):
     """`gradsleuth where torch.relu` with a cold cache (YAML parsed, the ~430 MB libtorch_cpu.so's
     symbol table read) and a warm one, through the installed command and the Rust binary."""
@@ -971,7 +1049,7 @@ def bench_merge(ranks=1000):
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "watch", "graph", "where", "explain", "merge", "lint"]
+    which = sys.argv[1:] or ["walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -983,6 +1061,8 @@ if __name__ == "__main__":
         bench_op()
     if "watch" in which:
         bench_watch()
+    if "programs" in which:
+        bench_programs()
     if "graph" in which:
         bench_graph()
     if "where" in which:

@@ -352,3 +352,83 @@ def test_a_nan_no_forward_value_explains_is_found_by_running_backward(tmp_path):
     assert f["steps"] == [1]
     assert "`SqrtBackward0`, the backward of `torch.sqrt` at line 20" in f["message"]
     assert "torch.where(s > 0, torch.sqrt(s)" in f["location"]["snippet"]
+
+
+def _host_read_counter():
+    """A function mode that counts the reads that make the host wait for a tensor's device
+    (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `bool`/`float`/`int` of a tensor, `.to`
+    the CPU) by the code that made them: gradsleuth's, the user's (torch's own, such as
+    GradScaler's found-inf check, are neither)."""
+    import os
+    import sys
+
+    import gradsleuth
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    T = torch.Tensor
+    reads = {T.item, T.tolist, T.cpu, T.numpy, T.__bool__, T.__float__, T.__int__, T.__index__}
+    pkg = os.path.dirname(gradsleuth.__file__)
+    torch_dir = os.path.dirname(torch.__file__)
+
+    class Count(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.ours, self.users = [], 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            to_cpu = func is T.to and any(str(a) == "cpu" for a in (*args[1:], *kwargs.values()))
+            if func in reads or to_cpu:
+                f = sys._getframe(1)  # the code that asked for the read
+                if f.f_code.co_filename.startswith(pkg):
+                    self.ours.append(f"{getattr(func, '__name__', func)} at {f.f_code.co_name}:{f.f_lineno}")
+                elif not f.f_code.co_filename.startswith(torch_dir):
+                    self.users += 1
+            return func(*args, **kwargs)
+
+    return Count()
+
+
+@pytest.mark.parametrize("reads", ["auto", "late"])
+def test_a_watched_step_makes_no_host_read(monkeypatch, reads):
+    # On a GPU a read makes the host wait for the step to finish: watch keeps its norms on the
+    # device and reads them once they have landed in host memory. Counted on the CPU: zero
+    # reads by gradsleuth in steady-state steps (a GradScaler, a sampled update-ratio step and
+    # all), while the same counter sees the user's own `loss.item()`.
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    if reads == "late":  # values delivered a step late, as from a GPU
+        monkeypatch.setenv("GRADSLEUTH_WATCH_READS", "late")
+    from gradsleuth import watch
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.1), nn.Linear(32, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.item()
+
+    w = watch(model, opt, status=False)
+    for _ in range(5):  # start-up: the model first seen, buffers allocated
+        step()
+    counter = _host_read_counter()
+    with counter:
+        for _ in range(25):  # through step 20, whose update ratios are sampled
+            step()
+    w.close()
+    assert counter.ours == []
+    assert counter.users == 25
+    rec = json.loads(w.watchers()[0].record_json())
+    assert rec["steps"] == 30
+    assert all(p["grad_norm"]["count"] == 30 for p in rec["params"])
+    assert any(p["update_ratio"]["count"] >= 1 for p in rec["params"])

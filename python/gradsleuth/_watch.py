@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import os
 import sys
 import time
 import weakref
@@ -368,6 +369,11 @@ class Watch:
         self._opt_refs = {}
         self._before = {}  # id(opt) -> the parameters before this step (a sampled step)
         self._buffers = {}  # id(opt) -> buffers those copies go to, kept for the run
+        self._reads = _Reads()  # norms on their way from the device to the host
+        self._counts = {}  # id(opt) -> steps issued (their norms may not have landed yet)
+        self._stepped = set()  # optimizers whose step ran since their scaler's step began
+        self._nonfinite = {}  # id(opt) -> whether the latest step read had a NaN/Inf gradient
+        self._late_nan = None  # a first NaN read a step late, waiting for this step's norms
         self._handles = []
         self._module_hooks = False
         self._only = None
@@ -436,14 +442,17 @@ class Watch:
         watch = self
 
         def step(scaler, optimizer, *args, **kwargs):
+            # Skipped or not is whether the optimizer's own step ran (our pre-step hook saw
+            # it): the scaler reads its found-inf flags itself, gradsleuth reads nothing.
+            watch._stepped.discard(id(optimizer))
             result = original(scaler, optimizer, *args, **kwargs)
             try:
-                state = scaler._per_optimizer_states[id(optimizer)]
-                skipped = bool(sum(v.item() for v in state["found_inf_per_device"].values()))
-                w = watch._watchers.get(id(optimizer))
-                if w is None:
-                    w = watch._watcher_for(optimizer)
-                w[0].scaler(skipped)
+                if watch._watched(optimizer) and not watch.closed:
+                    w = watch._watchers.get(id(optimizer))
+                    if w is None:
+                        w = watch._watcher_for(optimizer)
+                    skipped = id(optimizer) not in watch._stepped
+                    watch._reads.put(None, lambda _host, _late: w[0].scaler(skipped))
             except Exception:  # noqa: BLE001 - never break the user's step
                 pass
             return result
@@ -468,6 +477,15 @@ class Watch:
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched.clear()
+        try:
+            self._reads.ready(wait=True)  # the last steps' norms belong in the record
+            if self._late_nan is not None:  # the last step's NaN: nothing after it to re-run
+                _opt, first, w, _bad, step = self._late_nan
+                self._late_nan = None
+                self.localized = {"step": step, "params": first, "method": "replay", "notes": [_late_note(step, "end")]}
+                w.set_nan(json.dumps(self.localized))
+        except Exception as e:  # noqa: BLE001
+            print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
         self._forward_state.clear()
         self._before.clear()
         self._buffers.clear()
@@ -524,37 +542,65 @@ class Watch:
         if self.closed or self._replaying or not self._watched(opt):
             return None
         try:
+            self._reads.ready()  # what the device has finished since, in step order
             w, params, names = self._watcher_for(opt)
+            self._stepped.add(id(opt))
             idx, grads = [], []
             for i, p in enumerate(params):
                 if p.grad is not None:
                     idx.append(i)
                     grads.append(_local(p.grad))
-            norms = [None] * len(params)
-            if grads:
-                ns = torch._foreach_norm(grads)
-                vals = _floats(ns)
-                for i, v in zip(idx, vals):
-                    norms[i] = v
-            first, new = w.grads(norms)
-            # One op-level step per kind of anomaly (at most three per run): layer after layer
-            # vanishing is one story, and its op-level step tells it.
-            armable = [
-                k for k in new if k in ("stopped", "dead", "exploding", "vanishing") and k not in self._armed_kinds
-            ]
-            if armable and self._armed_by is None and self._deep_runs < 3 and self._deep_tracer is None:
-                main = self.tracer
-                if main is None or main.done:
-                    self._armed_by = (armable[0], w.steps, w)
-            if (w.steps % w.update_every) == 0:
+            n = self._counts[id(opt)] = self._counts.get(id(opt), 0) + 1
+            values = _stacked(torch._foreach_norm(grads)) if grads else None
+            self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
+            if n % w.update_every == 0:
                 self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
-            if first:
-                bad = {id(params[i]) for i, v in enumerate(norms) if v is not None and not math.isfinite(v)}
-                self._localize(opt, [names[i] for i in first], w, bad)
+            if self._late_nan is not None:
+                self._late_localize()
             self._show_status(w)
         except Exception as e:  # noqa: BLE001 - never break the user's step
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
         return None
+
+    def _grads_read(self, opt, w, params, names, idx, host, late):
+        """One step's gradient norms, now in host memory (`late`: a later step has started)."""
+        first, new, nonfinite = w.grads_from(idx, host) if host is not None else w.grads_from([], _EMPTY)
+        self._nonfinite[id(opt)] = bool(nonfinite)
+        # One op-level step per kind of anomaly (at most three per run): layer after layer
+        # vanishing is one story, and its op-level step tells it.
+        armable = [k for k in new if k in ("stopped", "dead", "exploding", "vanishing") and k not in self._armed_kinds]
+        if armable and self._armed_by is None and self._deep_runs < 3 and self._deep_tracer is None:
+            main = self.tracer
+            if main is None or main.done:
+                self._armed_by = (armable[0], w.steps, w)
+        if first:
+            bad = {id(params[i]) for i in nonfinite}
+            if late:
+                self._late_nan = (opt, [names[i] for i in first], w, bad, w.steps)
+            else:
+                self._localize(opt, [names[i] for i in first], w, bad)
+
+    def _late_localize(self):
+        """A non-finite gradient read a step late (the device's copy had not landed when its
+        step ran): that step's inputs are gone and its update applied. Now the host may wait
+        (only after a NaN): if the update wrote NaN/Inf into weights, a re-run would start
+        from them, so it is said, not re-run; if this step's gradients are non-finite again,
+        this step is re-run to its op; otherwise the NaN is reported unlocalized."""
+        opt, first, w, bad, step = self._late_nan
+        self._late_nan = None
+        self._reads.ready(wait=True)
+        _, params, names = self._watchers[id(opt)]
+        broken = [names[i] for i, p in enumerate(params) if not _finite(p)]
+        if broken:
+            how = "weights"
+        elif self._nonfinite.get(id(opt)):
+            self._localize(opt, first, w, bad, late_from=step)
+            return
+        else:
+            how = "gone"
+        trace = {"step": step, "params": first, "method": "replay", "notes": [_late_note(step, how, broken)]}
+        self.localized = trace
+        w.set_nan(json.dumps(trace))
 
     def _copy_before(self, key, tensors):
         """The parameters before the step, copied into buffers kept from one sampled step to the
@@ -577,10 +623,8 @@ class Watch:
             w, params, _ = self._watchers[id(opt)]
             after = [_local(p).detach() for p in params]
             torch._foreach_sub_(before, after)  # in place: the buffers now hold -update
-            vals = _floats(torch._foreach_norm(before + after))
-            k = len(params)
-            ratios = [(d / n) if n > 0 else None for d, n in zip(vals[:k], vals[k:])]
-            w.updates(ratios)
+            values = _stacked(torch._foreach_norm(before + after))
+            self._reads.put(values, lambda host, _late: w.updates_from(host))
         except Exception as e:  # noqa: BLE001
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
 
@@ -677,9 +721,11 @@ class Watch:
         return None
 
     # ---- NaN to the line ---------------------------------------------------------------------
-    def _localize(self, opt, names, w, nan_params):
-        step = w.steps
+    def _localize(self, opt, names, w, nan_params, late_from=None):
+        step = w.steps if late_from is None else late_from
         trace = {"step": step, "params": names, "method": "replay", "notes": []}
+        if late_from is not None:
+            trace["notes"].append(_late_note(late_from, "recurs"))
         t0 = time.perf_counter()
         try:
             self._replay(opt, trace, nan_params)
@@ -831,6 +877,7 @@ class Watch:
         from gradsleuth._core import Recorder
 
         rec = Recorder("watch", 0)
+        self._reads.ready(wait=True)  # asked for: the host may wait for the last steps' norms
         self.attach(rec)
         return rec.report()
 
@@ -849,12 +896,82 @@ def _compiling() -> bool:
         return False
 
 
-def _floats(norms) -> list[float]:
-    """0-d tensors to floats with one read-back (a sync per tensor would cost more)."""
+def _stacked(norms):
+    """0-d norms as one float32 tensor on their device (one kernel; no read)."""
     try:
-        return torch.stack(norms).float().tolist()  # one device (dtypes are promoted)
-    except RuntimeError:
-        return [float(n) for n in norms]
+        return torch.stack(norms).float()  # one device (dtypes are promoted)
+    except RuntimeError:  # parameters on several devices: gathered on the first one
+        return torch.stack([n.float().to(norms[0].device, non_blocking=True) for n in norms])
+
+
+_EMPTY = torch.empty(0)
+
+
+class _Reads:
+    """Values reduced on the device, read on the host without making the host wait.
+
+    `put(values, then)` calls `then(host_tensor, late)` once `values` (a 1-d float tensor, or
+    None for a callback with nothing to read) are in host memory, in the order they were put.
+    A CPU tensor is there at once (no device to wait for; Rust reads its memory). A CUDA
+    tensor is copied into pinned memory asynchronously, an event recorded behind the copy, and
+    delivered by a later `ready()` once the event has completed (usually the next step's:
+    "late"); `ready(wait=True)` waits for them (a NaN to localize, the end of the run). Other
+    devices are copied synchronously (no portable event).
+
+    `GRADSLEUTH_WATCH_READS=now` reads every device's values at once (the host waits: a NaN is
+    re-run in its own step); `=late` delivers even CPU values a step late, as a GPU does (the
+    tests of that path, on a machine without one).
+    """
+
+    def __init__(self):
+        self._pending = []  # (event or None, host tensor or None, then)
+        mode = os.environ.get("GRADSLEUTH_WATCH_READS", "")
+        self.late = mode == "late"
+        self.now = mode == "now"
+
+    def put(self, values, then):
+        if values is not None and values.device.type == "cuda" and not self.now:
+            host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self._pending.append((event, host, then))
+            return
+        if values is not None and values.device.type != "cpu":
+            values = values.to("cpu")
+        if self.late or self._pending:  # behind earlier values still on their way
+            self._pending.append((None, None if values is None else values.clone(), then))
+            return
+        then(values, False)
+
+    def ready(self, wait=False):
+        while self._pending:
+            event, host, then = self._pending[0]
+            if event is not None:
+                if wait:
+                    event.synchronize()
+                elif not event.query():
+                    return
+            self._pending.pop(0)
+            then(host, True)
+
+
+def _late_note(step: int, how: str, broken=()) -> str:
+    """Why a NaN read a step late was re-run on another step, or not at all."""
+    head = (
+        f"the gradient turned non-finite at step {step}, read a step later (watch does not make the host wait "
+        "for the device)"
+    )
+    if how == "recurs":
+        return head + f"; re-run: step {step + 1}, where it recurs"
+    if how == "weights":
+        shown = ", ".join(f"`{n}`" for n in list(broken)[:3]) + (" and others" if len(broken) > 3 else "")
+        why = f"step {step}'s update wrote NaN/Inf into {shown}, so a re-run would start from them"
+    elif how == "gone":
+        why = f"it did not recur at step {step + 1} and step {step}'s inputs were gone"
+    else:
+        why = "the run ended"
+    return head + f"; {why}: not re-run (`GRADSLEUTH_WATCH_READS=now` reads every step at once, making the host wait)"
 
 
 def watch(model=None, optimizer=None, *, log_dir=None, thresholds=None, status=None) -> Watch:

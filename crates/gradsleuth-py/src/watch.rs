@@ -1,6 +1,9 @@
 //! `Watcher`: the Python face of [`gradsleuth_watch::Monitor`]. Python computes the norms
-//! (fused foreach reductions on the tensors' device) and passes plain floats; everything
-//! else (aggregation, detectors, TensorBoard, the record) is Rust.
+//! (fused foreach reductions on the tensors' device) and hands over a float tensor in host
+//! memory, once the device has written it there (a pinned copy, read when its event says it
+//! is done); Rust reads that memory ([`host_values`]): no `.tolist()`/`.item()`, no Python
+//! float per parameter. Everything else (aggregation, detectors, TensorBoard, the record) is
+//! Rust.
 
 use gradsleuth_model::capture::{NanTrace, WatchThresholds};
 use gradsleuth_watch::Monitor;
@@ -36,8 +39,39 @@ impl Watcher {
         (v.first_nonfinite, v.new_anomalies)
     }
 
+    /// The same from a host tensor of norms: `present[j]` is the parameter whose norm is
+    /// `values[j]` (the others had no gradient). Returns also every parameter whose gradient
+    /// is non-finite at this step.
+    fn grads_from(
+        &mut self,
+        present: Vec<usize>,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<usize>, Vec<String>, Vec<usize>)> {
+        let vals = host_values(values)?;
+        let mut norms = vec![None; self.monitor.param_count()];
+        for (j, &i) in present.iter().enumerate() {
+            if let (Some(slot), Some(&v)) = (norms.get_mut(i), vals.get(j)) {
+                *slot = Some(v);
+            }
+        }
+        let v = self.monitor.grads(&norms);
+        Ok((v.first_nonfinite, v.new_anomalies, v.nonfinite))
+    }
+
     fn updates(&mut self, ratios: Vec<Option<f64>>) {
         self.monitor.updates(&ratios);
+    }
+
+    /// Update-to-weight ratios from a host tensor holding every parameter's update norm, then
+    /// every parameter's norm after the step (a zero weight has no ratio).
+    fn updates_from(&mut self, values: &Bound<'_, PyAny>) -> PyResult<()> {
+        let vals = host_values(values)?;
+        let k = vals.len() / 2;
+        let ratios: Vec<Option<f64>> = (0..k)
+            .map(|i| (vals[k + i] > 0.0).then(|| vals[i] / vals[k + i]))
+            .collect();
+        self.monitor.updates(&ratios);
+        Ok(())
     }
 
     /// A GradScaler step; true when a skip storm starts.
@@ -86,6 +120,55 @@ impl Watcher {
     fn record_json(&mut self) -> String {
         serde_json::to_string(&self.monitor.record()).unwrap_or_default()
     }
+}
+
+/// The values of a contiguous float32/float64 tensor in host memory, read directly (no Python
+/// call per element, no torch read-back op). Anything else is an error, never a guess.
+pub(crate) fn host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let device: String = t.getattr("device")?.getattr("type")?.extract()?;
+    if device != "cpu" {
+        return Err(PyValueError::new_err(format!(
+            "host_values: a tensor on {device}, not in host memory"
+        )));
+    }
+    if !t.call_method0("is_contiguous")?.extract::<bool>()? {
+        return Err(PyValueError::new_err(
+            "host_values: a non-contiguous tensor",
+        ));
+    }
+    let dtype = t.getattr("dtype")?.str()?.to_string();
+    let n: usize = t.call_method0("numel")?.extract()?;
+    let ptr: usize = t.call_method0("data_ptr")?.extract()?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if ptr == 0 {
+        return Err(PyValueError::new_err("host_values: no data"));
+    }
+    // SAFETY: `t` is a live, contiguous CPU tensor of `n` elements of the checked dtype,
+    // starting at `ptr` (torch allocates element-aligned storage); the caller holds a
+    // reference to it and the GIL for the whole read, so it is neither freed nor resized.
+    let out = match dtype.as_str() {
+        "torch.float32" => unsafe { std::slice::from_raw_parts(ptr as *const f32, n) }
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect(),
+        "torch.float64" => unsafe { std::slice::from_raw_parts(ptr as *const f64, n) }.to_vec(),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "host_values: dtype {other} (float32 or float64)"
+            )))
+        }
+    };
+    Ok(out)
+}
+
+/// [`host_values`] for Python: the tracer's norms, read once the reduction has landed in host
+/// memory.
+#[pyfunction]
+#[pyo3(name = "host_values")]
+pub fn py_host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    host_values(t)
 }
 
 /// What to count on an op's inputs to know whether its derivative is singular there

@@ -39,6 +39,8 @@ pub struct Verdict {
     pub first_nonfinite: Vec<usize>,
     /// Kinds of anomalies that started at this step.
     pub new_anomalies: Vec<String>,
+    /// Every parameter whose gradient is non-finite at this step.
+    pub nonfinite: Vec<usize>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -185,6 +187,7 @@ impl Monitor {
                 _ => p.quiet_streak += 1,
             }
         }
+        verdict.nonfinite = nonfinite.clone();
         if !nonfinite.is_empty() {
             let first = self.nan.is_none()
                 && !self

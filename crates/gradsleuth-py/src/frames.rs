@@ -115,3 +115,17 @@ impl Frames {
         self.0.walk(frame, 1).into_iter().next().map(|(_, f)| f)
     }
 }
+
+/// The line a user class's definition starts on ([`gradsleuth_source::SourceCache::class_line`]:
+/// read from the text, one read per file for the process), so the tracer's first sight of a
+/// model does not parse every module its classes come from, as `inspect.findsource` does.
+#[pyfunction]
+#[pyo3(signature = (file, qualname, below=None))]
+pub fn class_line(file: &str, qualname: &str, below: Option<u32>) -> Option<u32> {
+    static SOURCES: std::sync::Mutex<Option<gradsleuth_source::SourceCache>> =
+        std::sync::Mutex::new(None);
+    let mut guard = SOURCES.lock().unwrap_or_else(|e| e.into_inner());
+    guard
+        .get_or_insert_with(gradsleuth_source::SourceCache::new)
+        .class_line(file, qualname, below)
+}

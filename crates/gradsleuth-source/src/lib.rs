@@ -34,6 +34,58 @@ impl SourceCache {
             .as_deref()
     }
 
+    /// The first line of the definition of class `qualname` (its first decorator, as Python's
+    /// `inspect` counts it), found from the text, not by parsing the module: the `class NAME`
+    /// header nearest above `below` (the first line of one of the class's own methods), or
+    /// without such a hint the only header of that name in the file (None when ambiguous).
+    pub fn class_line(&mut self, file: &str, qualname: &str, below: Option<u32>) -> Option<u32> {
+        let name = qualname.rsplit('.').next()?;
+        let lines = self.lines(file)?;
+        let is_header = |l: &str| {
+            let t = l.trim_start();
+            let rest = t.strip_prefix("class")?;
+            let rest = rest.strip_prefix(|c: char| c == ' ' || c == '\t')?.trim_start();
+            let after = rest.strip_prefix(name)?;
+            after
+                .trim_start()
+                .starts_with(['(', ':'])
+                .then_some(l.len() - t.len())
+        };
+        let end = below.map_or(lines.len(), |b| (b as usize).saturating_sub(1).min(lines.len()));
+        let mut found = (0..end).filter_map(|i| is_header(&lines[i]).map(|ind| (i, ind)));
+        let (i, indent) = match below {
+            Some(_) => found.last()?,
+            None => {
+                let first = found.next()?;
+                if found.next().is_some() {
+                    return None;
+                }
+                first
+            }
+        };
+        // Decorators above, each possibly spanning lines (deeper-indented arguments, blank
+        // lines inside a string, a closing bracket at the header's indent): the top is the
+        // last `@` reached before a line that can only be another statement.
+        let mut top = i;
+        let mut j = i;
+        while j > 0 {
+            let l = &lines[j - 1];
+            let t = l.trim_start();
+            let ind = l.len() - t.len();
+            if t.is_empty() {
+                j -= 1;
+                continue;
+            }
+            if ind == indent && t.starts_with('@') {
+                top = j - 1;
+            } else if !(ind > indent || (ind == indent && t.starts_with([')', ']', '}']))) {
+                break;
+            }
+            j -= 1;
+        }
+        Some(top as u32 + 1)
+    }
+
     /// Line `line` (1-based), without its newline.
     pub fn line(&mut self, file: &str, line: u32) -> Option<String> {
         let lines = self.lines(file)?;
@@ -505,6 +557,31 @@ pub fn constructs(line: &str, class: &str) -> bool {
         from = at + class.len();
     }
     false
+}
+
+#[cfg(test)]
+mod class_line_tests {
+    #[test]
+    fn finds_a_class_by_the_text_decorators_and_nesting_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("m.py");
+        std::fs::write(
+            &f,
+            "import torch\n\n\nclass Block(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n\n@register\n@other(\n    \"\"\"a\n\n    b\"\"\"\n)\nclass Head (torch.nn.Module) :\n    class Block:\n        def f(self):\n            pass\n\n    def forward(self, x):\n        return x\n\nclass Blocky:\n    pass\n",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        // the nearest header above the first method
+        assert_eq!(s.class_line(f, "Block", Some(5)), Some(4));
+        assert_eq!(s.class_line(f, "Head", Some(20)), Some(9));
+        assert_eq!(s.class_line(f, "Head.Block", Some(17)), Some(16));
+        // no method: only an unambiguous name
+        assert_eq!(s.class_line(f, "Blocky", None), Some(23));
+        assert_eq!(s.class_line(f, "Block", None), None);
+        assert_eq!(s.class_line(f, "Missing", None), None);
+        assert_eq!(s.class_line("/no/such/file.py", "Block", None), None);
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 """gradsleuth benchmarks, each side by side with its anchor in one run; ratios printed.
 
     make bench            # everything
-    python bench/run.py walk|step
+    python bench/run.py walk|step|op|watch|programs|graph|where|explain|merge|lint
+    python bench/run.py programs --against DIR   # also another build of the package (before/after)
 
 walk: an autograd graph of about 1,000,000 nodes: the Rust walk (`gradsleuth._core.walk`) vs a
       pure-Python BFS over `next_functions`, vs reading every node's `next_functions` once.
@@ -17,10 +18,9 @@ merge: 1,000 synthetic rank captures of a 1,000-parameter model merged by `grads
        (streamed, in parallel chunks) beside Python's json.load of the same files: s, peak RSS.
 programs: seven realistic training programs (bench/programs: a CNN classifier, a VAE, a GAN with two
       optimizers, an LSTM language model, a small GPT, a graph attention network, transformers'
-      BERT from a config), each run as a script plainly, under `gradsleuth run` and under
-      `gradsleuth run --watch`, interleaved: the op-level iteration, the cheap-tier iterations,
-      those after the hooks are removed, and watch's steady state, as ratios to the same
-      iterations of the plain run.
+      BERT from a config), their training code unmodified, each observed inside its own
+      process: the op-level iteration, the cheap-tier iterations, those after the hooks are
+      removed, and watch's steady state, as ratios to the same process's plain iterations.
 lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
       subset of torch's Python sources and on all of them: CPU s, wall s, lines/s, peak RSS.
 """
@@ -708,74 +708,94 @@ def bench_graph(blocks=1000, experts=11, dot_timeout=120):
 
 # ---- real programs ------------------------------------------------------------------------
 
-# name -> optimizer steps per iteration (the observed window counts optimizer steps)
-PROGRAMS = {"cnn_mnist": 1, "vae": 1, "dcgan": 2, "lstm_lm": 1, "gpt": 1, "gat": 1, "hf_bert": 1}
+PROGRAMS = ("cnn_mnist", "vae", "dcgan", "lstm_lm", "gpt", "gat", "hf_bert")
 PROGRAM_GOALS = {"op-level": 1.3, "cheap tier": 1.03, "after removal": 1.0, "watch steady": 1.03}
 
 
-def _program_times(script, mode, iters):
+def _program_times(script, package=None):
+    """One run of `script` observed in its own process (`GS_BENCH_OBSERVE`, see
+    bench/programs/_timing.py): its iteration times and phases. `package`: a directory holding
+    another build of the `gradsleuth` package to use instead."""
     import os
     import subprocess
     import tempfile
 
-    gs = os.path.join(os.path.dirname(sys.executable), "gradsleuth")
-    cmd = {
-        "plain": [sys.executable, script],
-        "run": [gs, "run", script],
-        "watch": [gs, "run", "--watch", script],
-    }[mode]
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        env = dict(os.environ, GS_BENCH_TIMES=f.name, GS_BENCH_ITERS=str(iters))
-        t0 = time.perf_counter()
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        wall = time.perf_counter() - t0
+        env = dict(os.environ, GS_BENCH_TIMES=f.name, GS_BENCH_OBSERVE="1")
+        if package:
+            env["PYTHONPATH"] = package
+        r = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-        return json.load(open(f.name)), wall
+            raise SystemExit(f"{script} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+        d = json.load(open(f.name))
+        return d["times"], d["phases"]
 
 
-def bench_programs(rounds=3, iters=30, steps=3):
-    """Real programs, run unmodified as scripts: plain, `gradsleuth run`, `gradsleuth run
-    --watch`, interleaved round by round. Per iteration index the median over rounds; then:
-    op-level = the first iteration (the one `run` records op by op), cheap tier = the rest of
-    the observed window (`steps` optimizer steps), after removal = the median of the
-    iterations from the window's end + 2 on, watch steady = the mean of iterations 10.. under
-    --watch (a mean: the update ratios sampled every 20th step count)."""
+def _program_ratios(times, phases, skip=5):
+    """The four ratios of one run, each against the same process's own plain iterations."""
+    by = {}
+    for i, (t, p) in enumerate(zip(times, phases)):
+        by.setdefault(p, []).append((i, t))
+    plain = statistics.median(t for i, t in by["plain"] if i >= skip)
+    after = [t for _, t in by.get("after", [])][2:] or [t for _, t in by.get("after", [])]
+    # watch: the blocks after its first (which includes its first sight of the optimizers)
+    block = 4
+    on = [t for _, t in by.get("watch", [])][block:]
+    off = [t for _, t in by.get("unwatched", [])][block:]
+    return {
+        "op-level": by["op-level"][0][1] / plain,
+        "cheap tier": statistics.mean(t for _, t in by["cheap"]) / plain if by.get("cheap") else float("nan"),
+        "after removal": statistics.median(after) / plain if after else float("nan"),
+        "watch steady": statistics.mean(on) / statistics.mean(off) if on and off else float("nan"),
+    }, plain
+
+
+def bench_programs(rounds=5, against=None):
+    """Real programs, their training code unmodified, each observed inside its own process
+    against its own plain iterations (bench/programs/_timing.py): this machine's speed differs
+    between processes by more than the effects measured (the same plain iteration took 64-80
+    ms in four processes in a row, and two processes run side by side on its two cores
+    differed by up to 27%). Per run: op-level = the tracer's first iteration, cheap tier = the
+    rest of its window, after removal = the iterations after its hooks are removed, each over
+    the median plain iteration before it started; watch steady = the mean of iterations under
+    `gradsleuth.watch()` over the mean of the plain ones interleaved with them, in blocks of 4
+    (a mean: the sampled update-ratio step counts). The median over `rounds` runs is printed.
+
+    `against`: a directory holding another build of the package (`--against DIR`, e.g. a copy
+    of `python/` from an earlier commit, its `_core` built): measured in the same rounds, and
+    printed first (before/after under the same conditions)."""
     import os
 
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs")
-    print(f"\n## real programs: ratio to the same iterations run plainly (median of {rounds} runs), torch",
-          torch.__version__, "CPU, 1 thread")
+    print(
+        f"\n## real programs: ratio to the same process's plain iterations (median of {rounds} runs), torch",
+        torch.__version__,
+        "CPU, 1 thread",
+    )
     cols = ("op-level", "cheap tier", "after removal", "watch steady")
-    print(f"{'program':11}{'plain ms/it':>12}" + "".join(f"{c:>15}" for c in cols) + f"{'process wall':>16}")
-    worst = dict.fromkeys(cols, 0.0)
-    for name, per_iter in PROGRAMS.items():
+    builds = {"this build": None} if not against else {f"against {against}": against, "this build": None}
+    rows = {b: [] for b in builds}
+    for name in PROGRAMS:
         script = os.path.join(here, name + ".py")
-        runs = {m: [] for m in ("plain", "run", "watch")}
-        walls = {m: [] for m in runs}
+        got = {b: [] for b in builds}
         for _ in range(rounds):
-            for m in runs:
-                times, wall = _program_times(script, m, iters)
-                runs[m].append(times)
-                walls[m].append(wall)
-        med = {m: [statistics.median(r[i] for r in runs[m]) for i in range(iters)] for m in runs}
-        window = -(-steps // per_iter)  # iterations the observed window touches
-        after = range(window + 2, iters)
-        plain_after = statistics.median(med["plain"][i] for i in after)
-        ratios = {
-            "op-level": med["run"][0] / med["plain"][0],
-            "cheap tier": sum(med["run"][1:window]) / sum(med["plain"][1:window]) if window > 1 else float("nan"),
-            "after removal": statistics.median(med["run"][i] for i in after) / plain_after,
-            "watch steady": statistics.mean(med["watch"][10:]) / statistics.mean(med["plain"][10:]),
-        }
-        for c in cols:
-            if ratios[c] == ratios[c]:
-                worst[c] = max(worst[c], ratios[c])
-        wall = f"{statistics.median(walls['run']) - statistics.median(walls['plain']):+.1f} s"
-        print(f"{name:11}{plain_after * 1e3:12.1f}" + "".join(f"{ratios[c]:14.2f}x" for c in cols) + f"{wall:>16}")
-    print("worst:     " + " " * 12 + "".join(f"{worst[c]:14.2f}x" for c in cols))
+            for b, pkg in builds.items():
+                got[b].append(_program_ratios(*_program_times(script, pkg)))
+        for b in builds:
+            ratios = {c: statistics.median(r[c] for r, _ in got[b]) for c in cols}
+            rows[b].append((name, statistics.median(p for _, p in got[b]) * 1e3, ratios))
+    print(f"{'program':11}{'plain ms/it':>12}" + "".join(f"{c:>15}" for c in cols))
+    for b in builds:
+        if len(builds) > 1:
+            print(f"-- {b}")
+        worst = dict.fromkeys(cols, 0.0)
+        for name, ms, ratios in rows[b]:
+            for c in cols:
+                if ratios[c] == ratios[c]:
+                    worst[c] = max(worst[c], ratios[c])
+            print(f"{name:11}{ms:12.1f}" + "".join(f"{ratios[c]:14.2f}x" for c in cols))
+        print("worst:     " + " " * 12 + "".join(f"{worst[c]:14.2f}x" for c in cols))
     print("goals:     " + " " * 12 + "".join(f"{'<=' + format(PROGRAM_GOALS[c], '.2f'):>14}x" for c in cols))
-    print("(process wall: the run's whole wall time minus the plain one's: gradsleuth's start-up and report)")
 
 
 def bench_where(repeats=5):
@@ -1049,7 +1069,13 @@ def bench_merge(ranks=1000):
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint"]
+    args = sys.argv[1:]
+    against = None
+    if "--against" in args:
+        i = args.index("--against")
+        against = args[i + 1]
+        del args[i : i + 2]
+    which = args or ["walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -1062,7 +1088,7 @@ if __name__ == "__main__":
     if "watch" in which:
         bench_watch()
     if "programs" in which:
-        bench_programs()
+        bench_programs(against=against)
     if "graph" in which:
         bench_graph()
     if "where" in which:

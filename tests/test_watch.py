@@ -14,9 +14,9 @@ from conftest import ROOT, report_of, run_gradsleuth
 WATCH = ROOT / "tests" / "watch"
 
 
-def _watch(script, tmp_path, *extra):
+def _watch(script, tmp_path, *extra, env=None):
     out = tmp_path / "report.json"
-    proc = run_gradsleuth("run", "--watch", "--format", "json", "--out", out, *extra, script, cwd=WATCH)
+    proc = run_gradsleuth("run", "--watch", "--format", "json", "--out", out, *extra, script, cwd=WATCH, env=env)
     assert out.exists(), proc.stderr[-3000:]
     report = report_of(out.read_text())
     assert report["command"] == "watch"
@@ -432,3 +432,60 @@ def test_a_watched_step_makes_no_host_read(monkeypatch, reads):
     assert rec["steps"] == 30
     assert all(p["grad_norm"]["count"] == 30 for p in rec["params"])
     assert any(p["update_ratio"]["count"] >= 1 for p in rec["params"])
+
+
+def test_a_nan_read_a_step_late_is_re_run_where_it_recurs(tmp_path):
+    # As on a GPU (the norms land a step after their step): an optimizer that skips non-finite
+    # steps keeps the weights finite and the NaN recurs; the next step is re-run to the sqrt,
+    # the report keeps the step the NaN started at.
+    _, report = _watch("skipping_optimizer_nan.py", tmp_path, env={"GRADSLEUTH_WATCH_READS": "late"})
+    f = _only(report, "GS140")
+    assert f["steps"] == [12]
+    assert "`SqrtBackward0`, the backward of `torch.sqrt` at line 21" in f["message"]
+    assert f["location"]["line"] == 21
+
+
+def test_a_nan_read_a_step_late_after_it_ruined_the_weights_is_said_not_blamed(tmp_path):
+    # AdamW applied the NaN before its norms landed: a re-run would start from NaN weights and
+    # blame whatever op reads them first. Said instead, with the weights it wrote NaN into.
+    _, report = _watch("logged_energy_nan.py", tmp_path, env={"GRADSLEUTH_WATCH_READS": "late"})
+    f = _only(report, "GS140")
+    assert f["steps"] == [12]
+    assert "step 12's update wrote NaN/Inf into `proj.weight`" in f["message"]
+    assert "GRADSLEUTH_WATCH_READS=now" in f["message"]
+    assert "SqrtBackward0" not in f["message"] and "softmax" not in f["message"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_a_watched_gpu_step_never_synchronizes():
+    # torch raises on any synchronizing CUDA call while the debug mode is "error": watch's
+    # steady-state steps (a sampled update step among them) must make none.
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from gradsleuth import watch
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 16, device="cuda"), torch.randint(0, 4, (64,), device="cuda")
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    w = watch(model, opt, status=False)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(25):
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    w.close()
+    rec = json.loads(w.watchers()[0].record_json())
+    assert rec["steps"] == 30

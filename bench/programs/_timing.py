@@ -1,8 +1,20 @@
 """Per-iteration wall times for the real-program benchmark (`bench/run.py programs`).
 
-Each program wraps its training iteration in `timed(it)`; the times go, as JSON, to the file
+Each program wraps its training iteration in `iterations(n)`; the times go, as JSON, to the file
 named by `GS_BENCH_TIMES` (nothing is written when it is unset, so a program runs as a plain
 script too). One CPU thread, so that a step's time is not a scheduling lottery.
+
+`GS_BENCH_OBSERVE=1` measures gradsleuth inside the program's own process, against its own
+plain iterations (this machine's speed differs between processes by more than the effects
+measured): iterations 0-14 run plain; at 15 the tracer `gradsleuth run` uses starts (its first
+iteration op-level, then the hook-only tier, then its hooks removed); from 30, blocks of 4
+iterations alternate plain and under `gradsleuth.watch()` (every optimizer, the global hooks;
+24 watched iterations, so one samples the update ratios). Each iteration's phase is written
+beside its time; starting and removing hooks happens between timed iterations.
+
+`GS_BENCH_PROFILE=I` profiles iteration I (cProfile, the top functions by own time, on
+stderr): where an observed iteration's time goes, e.g.
+`GS_BENCH_PROFILE=0 gradsleuth run bench/programs/vae.py`.
 """
 
 from __future__ import annotations
@@ -16,20 +28,71 @@ import torch
 
 torch.set_num_threads(1)
 _times: list[float] = []
+_phases: list[str] = []
 _out = os.environ.get("GS_BENCH_TIMES")
+OBSERVE_AT, WATCH_FROM, WATCH_BLOCK, WATCH_BLOCKS = 15, 30, 4, 12
+
+
+class _Observer:
+    """Starts the tracer and toggles watch at the iterations the schedule above names."""
+
+    def __init__(self):
+        self.tracer = None
+        self.watch = None
+
+    def before(self, i: int) -> str:
+        from gradsleuth._core import Recorder
+        from gradsleuth._tracer import Tracer
+        from gradsleuth._watch import Watch
+
+        if i == OBSERVE_AT:
+            self.tracer = Tracer(Recorder("run", 3), 3).start()
+            return "op-level"
+        if self.tracer is not None and not self.tracer.done:
+            return "cheap"
+        if i < WATCH_FROM:
+            return "plain" if self.tracer is None else "after"
+        on = ((i - WATCH_FROM) // WATCH_BLOCK) % 2 == 1
+        if on and (self.watch is None or self.watch.closed):
+            if self.watch is None:
+                self.watch = Watch(status=False)
+            self.watch.closed = False
+            self.watch.start()
+        elif not on and self.watch is not None and not self.watch.closed:
+            self.watch.close()
+        return "watch" if on else "unwatched"
 
 
 def iterations(n_default: int):
     """The iteration indices, each timed from its start to the next one's start."""
+    observer = _Observer() if os.environ.get("GS_BENCH_OBSERVE") else None
     n = int(os.environ.get("GS_BENCH_ITERS", n_default))
+    if observer is not None:
+        n = WATCH_FROM + WATCH_BLOCK * WATCH_BLOCKS
+    profiled = int(os.environ.get("GS_BENCH_PROFILE", -1))
     for i in range(n):
+        prof = None
+        if i == profiled:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+        _phases.append(observer.before(i) if observer is not None else "plain")
         t0 = time.perf_counter()
         yield i
         _times.append(time.perf_counter() - t0)
+        if prof is not None:
+            import pstats
+            import sys
+
+            prof.disable()
+            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    if observer is not None and observer.watch is not None:
+        observer.watch.close()
 
 
 @atexit.register
 def _save():
     if _out:
         with open(_out, "w") as f:
-            json.dump(_times, f)
+            json.dump({"times": _times, "phases": _phases}, f)

@@ -453,8 +453,9 @@ class Tracer:
             except Exception as e:  # noqa: BLE001
                 self.rec.note(f"leaving op-level capture: {e}")
 
-    def _end_deep(self):
-        """The deep step is over: attribute unreached parameters to cuts, drop the op log."""
+    def _end_deep(self, known=None):
+        """The deep step is over: attribute unreached parameters to cuts, drop the op log.
+        `known`: gradient norms already read this step (key -> norm), not read again."""
         self._exit_op_mode()
         log, self._oplog = self._oplog, None
         self._deep = self._deep_all and not self.done
@@ -471,8 +472,11 @@ class Tracer:
                     unreached[id(t)] = k
                 elif t.grad is not None:
                     grads.append((k, t))
-            for (k, t), n in zip(grads, norms([t.grad for _, t in grads])):
-                if n == 0.0:
+            known = known or {}
+            todo = [(k, t) for k, t in grads if k not in known]
+            read = dict(zip((k for k, _ in todo), norms([t.grad for _, t in todo])))
+            for k, t in grads:
+                if known.get(k, read.get(k)) == 0.0:
                     zero[id(t)] = k
             if unreached or zero:
                 log.resolve(self.rec, unreached, zero)
@@ -862,7 +866,7 @@ class Tracer:
             if self._scaler_depth == 0:
                 self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
             if self._deep and self._oplog is not None and (self._deep_all or self._first_iteration_done()):
-                self._end_deep()
+                self._end_deep(grad_norms)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
         if self._scaler_depth == 0:

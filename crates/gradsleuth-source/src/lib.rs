@@ -44,17 +44,21 @@ impl SourceCache {
         let is_header = |l: &str| {
             let t = l.trim_start();
             let rest = t.strip_prefix("class")?;
-            let rest = rest.strip_prefix(|c: char| c == ' ' || c == '\t')?.trim_start();
+            let rest = rest
+                .strip_prefix(|c: char| c == ' ' || c == '\t')?
+                .trim_start();
             let after = rest.strip_prefix(name)?;
             after
                 .trim_start()
                 .starts_with(['(', ':'])
                 .then_some(l.len() - t.len())
         };
-        let end = below.map_or(lines.len(), |b| (b as usize).saturating_sub(1).min(lines.len()));
+        let end = below.map_or(lines.len(), |b| {
+            (b as usize).saturating_sub(1).min(lines.len())
+        });
         let mut found = (0..end).filter_map(|i| is_header(&lines[i]).map(|ind| (i, ind)));
         let (i, indent) = match below {
-            Some(_) => found.last()?,
+            Some(_) => found.next_back()?,
             None => {
                 let first = found.next()?;
                 if found.next().is_some() {

@@ -242,7 +242,10 @@ class Tracer:
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_opt_init)
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad("optimizer"))
         self._patch(nn.Module, "zero_grad", self._wrap_zero_grad("module"))
-        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        # torch.amp.GradScaler from 2.3 (torch.cuda.amp's derives from it); before, CUDA's own.
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None) or getattr(
+            getattr(getattr(torch, "cuda", None), "amp", None), "GradScaler", None
+        )
         if scaler is not None:
             self._patch(scaler, "step", self._wrap_scaler_step)
         self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))

@@ -436,8 +436,11 @@ class Watch:
     def _patch_scaler(self):
         try:
             from torch.amp import GradScaler
-        except ImportError:  # pragma: no cover - old torch
-            return
+        except ImportError:  # torch < 2.3: the scaler users have is CUDA's
+            try:
+                from torch.cuda.amp import GradScaler
+            except ImportError:  # pragma: no cover
+                return
         original = GradScaler.step
         watch = self
 

@@ -18,6 +18,7 @@ the user's training continues exactly as it would have.
 from __future__ import annotations
 
 import bisect
+import collections
 import json
 import math
 import os
@@ -927,7 +928,7 @@ class _Reads:
     """
 
     def __init__(self):
-        self._pending = []  # (event or None, host tensor or None, then)
+        self._pending = collections.deque()  # (event or None, host tensor or None, then)
         mode = os.environ.get("GRADSLEUTH_WATCH_READS", "")
         self.late = mode == "late"
         self.now = mode == "now"
@@ -935,9 +936,10 @@ class _Reads:
     def put(self, values, then):
         if values is not None and values.device.type == "cuda" and not self.now:
             host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-            host.copy_(values, non_blocking=True)
+            stream = torch.cuda.current_stream(values.device)
+            host.copy_(values, non_blocking=True)  # on that stream, behind the reduction
             event = torch.cuda.Event()
-            event.record()
+            event.record(stream)
             self._pending.append((event, host, then))
             return
         if values is not None and values.device.type != "cpu":
@@ -955,7 +957,7 @@ class _Reads:
                     event.synchronize()
                 elif not event.query():
                     return
-            self._pending.pop(0)
+            self._pending.popleft()
             then(host, True)
 
 

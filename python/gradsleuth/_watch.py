@@ -568,7 +568,7 @@ class Watch:
 
     def _grads_read(self, opt, w, params, names, idx, host, late):
         """One step's gradient norms, now in host memory (`late`: a later step has started)."""
-        first, new, nonfinite = w.grads_from(idx, host) if host is not None else w.grads_from([], _EMPTY)
+        first, new, nonfinite = w.grads_from(idx, host if host is not None else _EMPTY)
         self._nonfinite[id(opt)] = bool(nonfinite)
         # One op-level step per kind of anomaly (at most three per run): layer after layer
         # vanishing is one story, and its op-level step tells it.

@@ -32,16 +32,10 @@ impl Watcher {
         })
     }
 
-    /// One step's gradient norms (None: no gradient). Returns (indices of parameters whose
-    /// gradient is non-finite for the first time, kinds of anomalies that started now).
-    fn grads(&mut self, norms: Vec<Option<f64>>) -> (Vec<usize>, Vec<String>) {
-        let v = self.monitor.grads(&norms);
-        (v.first_nonfinite, v.new_anomalies)
-    }
-
-    /// The same from a host tensor of norms: `present[j]` is the parameter whose norm is
-    /// `values[j]` (the others had no gradient). Returns also every parameter whose gradient
-    /// is non-finite at this step.
+    /// One step's gradient norms, from a host tensor: `present[j]` is the parameter whose
+    /// norm is `values[j]` (the others had no gradient). Returns (parameters whose gradient is
+    /// non-finite for the first time, kinds of anomalies that started now, every parameter
+    /// whose gradient is non-finite at this step).
     fn grads_from(
         &mut self,
         present: Vec<usize>,
@@ -56,10 +50,6 @@ impl Watcher {
         }
         let v = self.monitor.grads(&norms);
         Ok((v.first_nonfinite, v.new_anomalies, v.nonfinite))
-    }
-
-    fn updates(&mut self, ratios: Vec<Option<f64>>) {
-        self.monitor.updates(&ratios);
     }
 
     /// Update-to-weight ratios from a host tensor holding every parameter's update norm, then
@@ -124,7 +114,7 @@ impl Watcher {
 
 /// The values of a contiguous float32/float64 tensor in host memory, read directly (no Python
 /// call per element, no torch read-back op). Anything else is an error, never a guess.
-pub(crate) fn host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+fn host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
     let device: String = t.getattr("device")?.getattr("type")?.extract()?;
     if device != "cpu" {
         return Err(PyValueError::new_err(format!(
@@ -161,14 +151,6 @@ pub(crate) fn host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
         }
     };
     Ok(out)
-}
-
-/// [`host_values`] for Python: the tracer's norms, read once the reduction has landed in host
-/// memory.
-#[pyfunction]
-#[pyo3(name = "host_values")]
-pub fn py_host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
-    host_values(t)
 }
 
 /// What to count on an op's inputs to know whether its derivative is singular there

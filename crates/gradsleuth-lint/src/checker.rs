@@ -138,7 +138,29 @@ impl<'a> Checker<'a> {
                 _ => None,
             })
             .collect();
-        for _ in 0..3 {
+        // A local class counts as "unknown-based" when its bases reach, through local
+        // classes, a base this file does not define: `BertModel(BertPreTrainedModel)` where
+        // `BertPreTrainedModel(PreTrainedModel)` has no `forward` of its own.
+        let mut unknown_based: HashSet<String> = HashSet::new();
+        for _ in 0..4 {
+            for stmt in &module.body {
+                if let Stmt::ClassDef(c) = stmt {
+                    let unknown = c.arguments.as_ref().is_some_and(|args| {
+                        args.args.iter().any(|b| {
+                            dotted(b).is_some_and(|n| {
+                                let last = n.rsplit('.').next().unwrap_or(&n);
+                                (!local.contains(last) && last != "object")
+                                    || unknown_based.contains(last)
+                            })
+                        })
+                    });
+                    if unknown {
+                        unknown_based.insert(c.name.id.to_string());
+                    }
+                }
+            }
+        }
+        for _ in 0..4 {
             for stmt in &module.body {
                 if let Stmt::ClassDef(c) = stmt {
                     // ... and that builds submodules of its own in `__init__` (a subclass that
@@ -151,11 +173,14 @@ impl<'a> Checker<'a> {
                     let is_module = c.arguments.as_ref().is_some_and(|args| {
                         args.args.iter().any(|b| {
                             dotted(b).is_some_and(|n| {
+                                let last = n.rsplit('.').next().unwrap_or(&n);
                                 n == "Module"
                                     || n.ends_with("nn.Module")
+                                    || ((n.starts_with("nn.") || n.starts_with("torch.nn."))
+                                        && last.starts_with(|ch: char| ch.is_ascii_uppercase()))
                                     || self.module_classes.contains(&n)
                                     || (has_forward
-                                        && !local.contains(n.rsplit('.').next().unwrap_or(&n)))
+                                        && (!local.contains(last) || unknown_based.contains(last)))
                             })
                         })
                     });
@@ -173,6 +198,7 @@ impl<'a> Checker<'a> {
             }
         }
         rules::grad_without_create_graph::check(self, &module.body);
+        rules::grad_clip_zero::check_module(self, &module.body);
         rules::frozen_then_optimized::check(self, &module.body);
         self.replacing = rules::optimizer_before_replace::replacing_functions(self, &module.body);
         let replacing = std::mem::take(&mut self.replacing);

@@ -134,20 +134,25 @@ struct Frame {
     env: HashMap<String, Deps>,
     class: Option<String>,
     no_grad: Option<TextRange>,
-    /// Inside a branch or loop: assignments add to a name instead of replacing it.
-    weak: u32,
     returns: Deps,
 }
 
 impl Frame {
     fn bind(&mut self, name: &str, d: Deps) {
-        if self.weak > 0 {
-            if let Some(old) = self.env.get_mut(name) {
-                old.union(d);
-                return;
+        self.env.insert(name.to_owned(), d);
+    }
+}
+
+/// After alternatives (branches, a loop that may run again or not at all): a name holds what
+/// any of them left in it.
+fn merge_env(into: &mut HashMap<String, Deps>, other: HashMap<String, Deps>) {
+    for (k, v) in other {
+        match into.get_mut(&k) {
+            Some(d) => d.union(v),
+            None => {
+                into.insert(k, v);
             }
         }
-        self.env.insert(name.to_owned(), d);
     }
 }
 
@@ -236,6 +241,25 @@ impl<'a> Visitor<'a> for Dotted {
     }
 }
 
+struct AskedParameters(HashSet<String>);
+
+impl<'a> Visitor<'a> for AskedParameters {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if let (Expr::Name(n), "parameters" | "named_parameters") =
+                    (a.value.as_ref(), a.attr.id.as_str())
+                {
+                    if n.id.as_str() != "self" {
+                        self.0.insert(n.id.to_string());
+                    }
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
 struct OptimizerArgs(HashSet<String>);
 
 impl<'a> Visitor<'a> for OptimizerArgs {
@@ -305,11 +329,17 @@ impl<'a, 'c> Flow<'a, 'c> {
                 _ => {}
             }
         }
+        // A name whose parameters the file asks for is a model, however it was built
+        // (`M.BertForTokenClassification(cfg)`, `load_model()`, `AutoModel.from_config(c)`).
+        let mut asked = AskedParameters(HashSet::new());
+        for s in &module.body {
+            asked.visit_stmt(s);
+        }
+        flow.module_vars.extend(asked.0);
         let mut top = Frame {
             env: HashMap::new(),
             class: None,
             no_grad: None,
-            weak: 0,
             returns: Deps::default(),
         };
         flow.block(&module.body, &mut top);
@@ -332,16 +362,58 @@ impl<'a, 'c> Flow<'a, 'c> {
         let name = c.name.id.to_string();
         let is_module = self.ck.is_module_class(&name);
         let mut attrs = HashSet::new();
+        let method_names: HashSet<String> = c
+            .body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::FunctionDef(f) => Some(f.name.id.to_string()),
+                _ => None,
+            })
+            .collect();
+        let mut called = Called {
+            methods: &method_names,
+            out: HashSet::new(),
+        };
+        let mut stateless = HashMap::new();
         for s in &c.body {
             if let Stmt::FunctionDef(f) = s {
                 self.methods
                     .insert((name.clone(), f.name.id.to_string()), f);
                 if is_module {
                     collect_self_modules(self.ck, &f.body, &mut attrs);
+                    collect_stateless(&f.body, &mut stateless);
+                    for st in &f.body {
+                        called.visit_stmt(st);
+                    }
                 }
             }
         }
         if is_module {
+            // Submodules built by a factory or a class from another file (`norm_layer(dim)`,
+            // `Conv1D(...)`): known by being called. Parameters a torch layer subclass
+            // inherits (`class LayerNorm2d(nn.LayerNorm)` reads `self.weight`).
+            attrs.extend(
+                called
+                    .out
+                    .into_iter()
+                    .filter(|a| stateless.get(a) == Some(&false)),
+            );
+            if c.arguments.as_ref().is_some_and(|a| {
+                a.args.iter().any(|b| {
+                    dotted(b).is_some_and(|n| {
+                        let last = n.rsplit('.').next().unwrap_or(&n);
+                        (n.starts_with("nn.") || n.starts_with("torch.nn."))
+                            && !matches!(
+                                last,
+                                "Module" | "Sequential" | "ModuleList" | "ModuleDict"
+                            )
+                    })
+                })
+            }) {
+                attrs.insert("weight".to_owned());
+                attrs.insert("bias".to_owned());
+            }
+            attrs.retain(|a| !stateless.get(a).copied().unwrap_or(false));
             self.class_attrs.insert(name, attrs);
         }
     }
@@ -403,7 +475,6 @@ impl<'a, 'c> Flow<'a, 'c> {
             env: HashMap::new(),
             class: class.map(str::to_owned),
             no_grad: None,
-            weak: 0,
             returns: Deps::default(),
         };
         for p in param_names(&f.parameters) {
@@ -435,10 +506,35 @@ impl<'a, 'c> Flow<'a, 'c> {
         }
     }
 
-    fn weak_block(&mut self, body: &'a [Stmt], fr: &mut Frame) {
-        fr.weak += 1;
-        self.block(body, fr);
-        fr.weak -= 1;
+    /// Alternative bodies, each run from the same state (statements inside one run in order,
+    /// so `x = f(x); x = x.detach()` leaves only the cut); afterwards each name holds what any
+    /// of them left, and, when `may_skip`, what it held before.
+    fn branches(&mut self, bodies: &[&'a [Stmt]], may_skip: bool, fr: &mut Frame) {
+        let start = fr.env.clone();
+        let mut out = if may_skip {
+            start.clone()
+        } else {
+            HashMap::new()
+        };
+        for b in bodies {
+            fr.env = start.clone();
+            self.block(b, fr);
+            merge_env(&mut out, std::mem::take(&mut fr.env));
+        }
+        fr.env = out;
+    }
+
+    /// A loop body: run twice (a value carried to the next iteration reaches its uses), and
+    /// merged with the state before it (the loop may not run at all).
+    fn looped(&mut self, target: Option<(&'a Expr, &Deps)>, body: &'a [Stmt], fr: &mut Frame) {
+        let start = fr.env.clone();
+        for _ in 0..2 {
+            if let Some((t, d)) = target {
+                self.bind_target(t, d.clone(), fr);
+            }
+            self.block(body, fr);
+            merge_env(&mut fr.env, start.clone());
+        }
     }
 
     fn under_no_grad(&self, d: Deps, fr: &Frame) -> Deps {
@@ -457,7 +553,8 @@ impl<'a, 'c> Flow<'a, 'c> {
                 return;
             }
         }
-        if self.ck.constructs_module(value) {
+        let named_model = matches!(target, Expr::Name(n) if fr.class.is_none() && self.module_vars.contains(n.id.as_str()));
+        if self.ck.constructs_module(value) || named_model {
             self.expr(value, fr);
             if let Expr::Name(n) = target {
                 fr.bind(n.id.as_str(), Deps::source(n.id.as_str()));
@@ -528,26 +625,25 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
             Stmt::If(i) => {
                 self.expr(&i.test, fr);
-                self.weak_block(&i.body, fr);
+                let mut bodies: Vec<&'a [Stmt]> = vec![&i.body];
                 for c in &i.elif_else_clauses {
                     if let Some(t) = &c.test {
                         self.expr(t, fr);
                     }
-                    self.weak_block(&c.body, fr);
+                    bodies.push(&c.body);
                 }
+                let has_else = i.elif_else_clauses.last().is_some_and(|c| c.test.is_none());
+                self.branches(&bodies, !has_else, fr);
             }
             Stmt::For(f) => {
                 let d = self.expr(&f.iter, fr);
-                fr.weak += 1;
-                self.bind_target(&f.target, d, fr);
-                self.block(&f.body, fr);
+                self.looped(Some((&f.target, &d)), &f.body, fr);
                 self.block(&f.orelse, fr);
-                fr.weak -= 1;
             }
             Stmt::While(w) => {
                 self.expr(&w.test, fr);
-                self.weak_block(&w.body, fr);
-                self.weak_block(&w.orelse, fr);
+                self.looped(None, &w.body, fr);
+                self.block(&w.orelse, fr);
             }
             Stmt::With(w) => {
                 let saved = fr.no_grad;
@@ -566,18 +662,22 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
             Stmt::Try(t) => {
                 self.block(&t.body, fr);
-                for h in &t.handlers {
-                    let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
-                    self.weak_block(&h.body, fr);
-                }
-                self.weak_block(&t.orelse, fr);
+                let mut bodies: Vec<&'a [Stmt]> = t
+                    .handlers
+                    .iter()
+                    .map(|h| {
+                        let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
+                        h.body.as_slice()
+                    })
+                    .collect();
+                bodies.push(&t.orelse);
+                self.branches(&bodies, true, fr);
                 self.block(&t.finalbody, fr);
             }
             Stmt::Match(m) => {
                 self.expr(&m.subject, fr);
-                for c in &m.cases {
-                    self.weak_block(&c.body, fr);
-                }
+                let bodies: Vec<&'a [Stmt]> = m.cases.iter().map(|c| c.body.as_slice()).collect();
+                self.branches(&bodies, true, fr);
             }
             _ => {}
         }
@@ -629,6 +729,19 @@ impl<'a, 'c> Flow<'a, 'c> {
                             .is_some_and(|s| s.contains(attr))
                         {
                             return Deps::source(&format!("self.{attr}"));
+                        }
+                        // A method passed as a value (`apply_chunking_to_forward(self.ff_chunk,
+                        // ...)`): what its result depends on, apart from its arguments.
+                        let class = class.clone();
+                        if let Some(m) =
+                            self.methods.get(&(class.clone(), attr.to_owned())).copied()
+                        {
+                            if let Some(mut sum) = self.summary(m, Some(&class)) {
+                                let params = param_names(&m.parameters);
+                                sum.live.retain(|s| !params.contains(s));
+                                sum.cut.retain(|s, _| !params.contains(s));
+                                return sum;
+                            }
                         }
                         return Deps::default();
                     }
@@ -723,7 +836,10 @@ impl<'a, 'c> Flow<'a, 'c> {
                     return self.expr(&a.value, fr).cut_all(CutKind::Detach, e.range());
                 }
                 _ if ITEM_METHODS.contains(&attr) && !namespace && no_args => {
-                    return self.expr(&a.value, fr).cut_all(CutKind::Item, e.range());
+                    // `t.detach().cpu().numpy()`: the round trip is the cut, the `.detach()`
+                    // on the way only its first step.
+                    let base = host_chain_base(&a.value);
+                    return self.expr(base, fr).cut_all(CutKind::Item, e.range());
                 }
                 _ if NON_DIFF_METHODS.contains(&attr) => {
                     let d = if namespace {
@@ -847,6 +963,40 @@ impl<'a, 'c> Flow<'a, 'c> {
     }
 }
 
+/// The tensor under the steps that carry a value to the host (`.detach()`, `.cpu()`, `.data`,
+/// dtype casts, `.clone()`, `.to(...)`): what a `.numpy()`/`.tolist()`/`.item()` really reads.
+fn host_chain_base(e: &Expr) -> &Expr {
+    let mut cur = e;
+    loop {
+        match cur {
+            Expr::Call(c) => match c.func.as_ref() {
+                Expr::Attribute(a)
+                    if matches!(
+                        a.attr.id.as_str(),
+                        "detach"
+                            | "cpu"
+                            | "float"
+                            | "double"
+                            | "half"
+                            | "clone"
+                            | "contiguous"
+                            | "to"
+                            | "squeeze"
+                            | "flatten"
+                            | "reshape"
+                            | "view"
+                    ) =>
+                {
+                    cur = &a.value;
+                }
+                _ => return cur,
+            },
+            Expr::Attribute(a) if a.attr.id.as_str() == "data" => cur = &a.value,
+            _ => return cur,
+        }
+    }
+}
+
 fn param_names(p: &Parameters) -> Vec<String> {
     let mut out: Vec<String> = p
         .posonlyargs
@@ -859,6 +1009,108 @@ fn param_names(p: &Parameters) -> Vec<String> {
 }
 
 /// `self.X = <module or parameter>` anywhere in a method body.
+/// `self.X(...)` calls of a class's methods where `X` is not a method.
+struct Called<'m> {
+    methods: &'m HashSet<String>,
+    out: HashSet<String>,
+}
+
+impl<'a> Visitor<'a> for Called<'_> {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                    && !self.methods.contains(a.attr.id.as_str())
+                {
+                    self.out.insert(a.attr.id.to_string());
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+/// Layers without parameters: no gradient of theirs can be lost, so they are no source.
+fn is_stateless_layer(value: &Expr) -> bool {
+    let name = match value {
+        Expr::Call(c) => dotted(&c.func),
+        Expr::Subscript(s) => return dotted(&s.value).is_some_and(|n| n.starts_with("ACT2")),
+        _ => return false,
+    };
+    let Some(name) = name else { return false };
+    let last = name.rsplit('.').next().unwrap_or(&name);
+    const STATELESS: &[&str] = &[
+        "Identity",
+        "Flatten",
+        "Unflatten",
+        "ReLU",
+        "ReLU6",
+        "GELU",
+        "SiLU",
+        "Mish",
+        "Tanh",
+        "Sigmoid",
+        "Softmax",
+        "LogSoftmax",
+        "Softplus",
+        "LeakyReLU",
+        "ELU",
+        "Hardswish",
+        "Hardsigmoid",
+        "Hardtanh",
+        "Upsample",
+        "PixelShuffle",
+        "PixelUnshuffle",
+        "DropPath",
+        "StochasticDepth",
+    ];
+    STATELESS.contains(&last)
+        || last.contains("Dropout")
+        || last.contains("Pool")
+        || name == "get_activation"
+        || name.ends_with("act_layer")
+}
+
+/// Attributes assigned a stateless layer (`true`) or anything else built by a call (`false`):
+/// stateless only when every assignment is (`self.downsample = nn.Identity()` in one branch, a
+/// conv in the other). Attributes never assigned a call (a method, a function looked up in a
+/// table, an argument kept) are absent.
+fn collect_stateless(body: &[Stmt], out: &mut HashMap<String, bool>) {
+    struct Collect<'x>(&'x mut HashMap<String, bool>);
+    fn built(v: &Expr) -> bool {
+        match v {
+            Expr::Call(_) => true,
+            Expr::If(i) => built(&i.body) || built(&i.orelse),
+            _ => false,
+        }
+    }
+    impl<'a> Visitor<'a> for Collect<'_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::Assign(a) = s {
+                let stateless = is_stateless_layer(&a.value);
+                if stateless || built(&a.value) {
+                    for t in &a.targets {
+                        if let Expr::Attribute(at) = t {
+                            if matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                            {
+                                let e = self.0.entry(at.attr.id.to_string()).or_insert(true);
+                                *e &= stateless;
+                            }
+                        }
+                    }
+                }
+            }
+            if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+                visitor::walk_stmt(self, s);
+            }
+        }
+    }
+    let mut c = Collect(out);
+    for s in body {
+        c.visit_stmt(s);
+    }
+}
+
 pub(crate) fn collect_self_modules(ck: &Checker, body: &[Stmt], out: &mut HashSet<String>) {
     struct Collect<'x, 'y> {
         ck: &'x Checker<'y>,

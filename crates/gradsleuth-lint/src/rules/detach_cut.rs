@@ -46,4 +46,33 @@ mod tests {
         let src = "import torch\nimport torch.nn as nn\nG = nn.Linear(2, 4)\nD = nn.Linear(4, 1)\ntarget_net = nn.Linear(4, 1)\nopt_g = torch.optim.Adam(G.parameters())\nopt_d = torch.optim.Adam(D.parameters())\nfor z, real in data:\n    fake = G(z)\n    d_loss = D(fake.detach()).mean() - D(real).mean()\n    d_loss.backward()\n    g_loss = -D(fake).mean() + (D(real) - target_net(real).detach()).pow(2).mean()\n    g_loss.backward()\n";
         assert!(codes(src).is_empty());
     }
+
+    #[test]
+    fn flags_a_detach_inside_the_loop_over_blocks() {
+        // Statements of one iteration run in order: the last value of `x` is the cut one.
+        let src = "import torch.nn as nn\n\nclass Stack(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n\n    def forward(self, x):\n        for block in self.blocks:\n            x = block(x)\n            x = x.detach()\n        return x\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 11)]);
+    }
+
+    #[test]
+    fn flags_submodules_built_by_factories_and_library_classes() {
+        // torchvision's `norm_layer(dim)`, transformers' `Conv1D(...)` from another file.
+        let src = "import torch.nn as nn\nfrom .utils import Conv1D\n\nclass Block(nn.Module):\n    def __init__(self, dim, norm_layer, mlp_layer):\n        super().__init__()\n        self.ln = norm_layer(dim)\n        self.mlp = mlp_layer(dim)\n        self.proj = Conv1D(dim, dim)\n        self.act = nn.GELU()\n\n    def forward(self, x):\n        y = self.ln(x)\n        y = y.detach()\n        return x + self.proj(self.act(self.mlp(y)))\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 14)]);
+    }
+
+    #[test]
+    fn flags_a_model_under_a_pretrained_base_and_a_method_passed_as_a_value() {
+        // `BertModel(BertPreTrainedModel)` whose base has no `forward`; DistilBERT's
+        // `apply_chunking_to_forward(self.ff_chunk, ...)`.
+        let src = "import torch.nn as nn\nfrom ...modeling_utils import PreTrainedModel, apply_chunking_to_forward\n\nclass Base(PreTrainedModel):\n    config_class = None\n\nclass FFN(Base):\n    def __init__(self, config):\n        super().__init__(config)\n        self.lin1 = nn.Linear(4, 8)\n\n    def forward(self, x):\n        return apply_chunking_to_forward(self.ff_chunk, 0, 1, x)\n\n    def ff_chunk(self, x):\n        x = self.lin1(x)\n        return x.detach()\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 17)]);
+    }
+
+    #[test]
+    fn stateless_layers_and_base_methods_are_no_source() {
+        // Predictions next to the logits: softmax and a base class's method hold no weights.
+        let src = "import torch.nn as nn\nfrom ...modeling_utils import PreTrainedModel\n\nclass Clf(PreTrainedModel):\n    def __init__(self, config):\n        super().__init__(config)\n        self.head = nn.Linear(4, 3)\n        self.softmax = nn.Softmax(-1)\n\n    def forward(self, x):\n        logits = self.head(x)\n        ids = self.get_input_embeddings()(x).argmax(-1)\n        return logits, self.softmax(logits).argmax(-1), ids\n";
+        assert!(codes(src).is_empty());
+    }
 }

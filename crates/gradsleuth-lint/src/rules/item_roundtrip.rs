@@ -31,4 +31,10 @@ mod tests {
         let src = "import torch\nimport torch.nn as nn\nmodel = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nhistory = []\nfor x, y in loader:\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n    history.append(loss.item())\n    scale = float(loss)\n";
         assert!(codes(src).is_empty());
     }
+
+    #[test]
+    fn a_numpy_round_trip_is_one_even_after_detach() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass Attn(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.v = nn.Linear(4, 4)\n        self.o = nn.Linear(4, 4)\n\n    def forward(self, x):\n        v = self.v(x)\n        v = torch.from_numpy(v.detach().cpu().float().numpy())\n        return self.o(v)\n";
+        assert_eq!(codes(src), vec![("GS317".into(), 12)]);
+    }
 }

@@ -38,4 +38,12 @@ mod tests {
         let src = "import torch\nimport torch.nn as nn\nteacher = nn.Linear(4, 2)\nstudent = nn.Linear(4, 2)\nopt = torch.optim.Adam(student.parameters())\nfor x in data:\n    with torch.no_grad():\n        t = teacher(x)\n        pseudo = student(x).argmax(-1)\n    loss = (student(x) - t).pow(2).mean() + nn.functional.cross_entropy(student(x), pseudo)\n    loss.backward()\n";
         assert!(codes(src).is_empty());
     }
+
+    #[test]
+    fn flags_a_loss_helper_under_no_grad_whatever_built_the_model() {
+        // The model comes from a loader this file cannot see into; asking for its parameters
+        // says it is one.
+        let src = "import torch\nimport torch.nn.functional as F\n\nmodel = load_model_code('m.py').Net(cfg)\n\ndef compute_loss(model, batch):\n    logits = model(batch['x'])\n    with torch.no_grad():\n        flat = logits.reshape(-1, 3)\n    return F.cross_entropy(flat, batch['y'])\n\nopt = torch.optim.AdamW(model.parameters())\nfor batch in data:\n    loss = compute_loss(model, batch)\n    loss.backward()\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS319".into(), 8)]);
+    }
 }

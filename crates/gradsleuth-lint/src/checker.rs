@@ -1,6 +1,6 @@
 //! One walk over a module's AST, keeping the scope rules need, dispatching to every rule.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use gradsleuth_model::{Finding, Location};
 use ruff_python_ast::visitor::{self, Visitor};
@@ -33,6 +33,13 @@ pub struct Checker<'a> {
     pub nn_prefix: Option<String>,
     /// Names of classes in this file that subclass `nn.Module` (directly or not).
     module_classes: HashSet<String>,
+    /// Module classes of this file that hold no parameter or submodule (a loss written as a
+    /// module): building one inside `forward` loses nothing.
+    pub param_free_classes: HashSet<String>,
+    /// Every function of the file by name (nested ones too; the last definition wins).
+    pub defs: HashMap<String, &'a ruff_python_ast::StmtFunctionDef>,
+    /// Per enclosing function: local names it fills with modules.
+    pub module_lists: Vec<rules::unregistered::LocalModules>,
     /// Functions of this file that return a newly built module (`def mlp(...): return
     /// nn.Sequential(...)`).
     module_factories: HashSet<String>,
@@ -68,11 +75,40 @@ fn builds_submodule(body: &[Stmt]) -> bool {
                 n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
             }))
         }
+        // `self.layer.append(T5LayerFF(config))`
+        Stmt::Expr(e) => matches!(e.value.as_ref(), Expr::Call(c) if matches!(c.func.as_ref(),
+            Expr::Attribute(a) if a.attr.id.as_str() == "append"
+                && dotted(&a.value).is_some_and(|d| d.starts_with("self.")))
+            && c.arguments.args.first().is_some_and(|x| matches!(x, Expr::Call(k) if dotted(&k.func).is_some_and(|n| {
+                n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
+            })))),
         Stmt::If(i) => {
             builds_submodule(&i.body) || i.elif_else_clauses.iter().any(|c| builds_submodule(&c.body))
         }
+        Stmt::For(f) => builds_submodule(&f.body),
         _ => false,
     })
+}
+
+/// The dotted names of every call in an expression (`torch.isfinite(g).all()` gives
+/// `torch.isfinite`, and the method call's own name).
+pub fn dotted_calls(e: &Expr) -> Vec<String> {
+    struct Calls(Vec<String>);
+    impl<'a> Visitor<'a> for Calls {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                if let Some(n) = dotted(&c.func) {
+                    self.0.push(n);
+                } else if let Expr::Attribute(a) = c.func.as_ref() {
+                    self.0.push(a.attr.id.to_string());
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut c = Calls(Vec::new());
+    c.visit_expr(e);
+    c.0
 }
 
 /// `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (called or
@@ -115,6 +151,9 @@ impl<'a> Checker<'a> {
             edits: Vec::new(),
             nn_prefix: None,
             module_classes: HashSet::new(),
+            module_lists: Vec::new(),
+            defs: HashMap::new(),
+            param_free_classes: HashSet::new(),
             module_factories: HashSet::new(),
             forward_helpers: HashSet::new(),
             replacing: Vec::new(),
@@ -126,6 +165,20 @@ impl<'a> Checker<'a> {
 
     pub fn check_module(&mut self, module: &'a ruff_python_ast::ModModule) {
         self.nn_prefix = nn_prefix(&module.body);
+        struct Defs<'a>(HashMap<String, &'a ruff_python_ast::StmtFunctionDef>);
+        impl<'a> Visitor<'a> for Defs<'a> {
+            fn visit_stmt(&mut self, s: &'a Stmt) {
+                if let Stmt::FunctionDef(f) = s {
+                    self.0.insert(f.name.id.to_string(), f);
+                }
+                visitor::walk_stmt(self, s);
+            }
+        }
+        let mut defs = Defs(HashMap::new());
+        for s in &module.body {
+            defs.visit_stmt(s);
+        }
+        self.defs = defs.0;
         // Module subclasses first, so a class used before its definition is known. A class
         // that derives from a base this file does not define and has a `forward` is a module
         // too (transformers' `PreTrainedModel`, `GradientCheckpointingLayer`, Lightning's
@@ -186,6 +239,29 @@ impl<'a> Checker<'a> {
                     });
                     if is_module {
                         self.module_classes.insert(c.name.id.to_string());
+                    }
+                }
+            }
+        }
+        for stmt in &module.body {
+            if let Stmt::ClassDef(c) = stmt {
+                let plain_base = c.arguments.as_ref().is_some_and(|a| {
+                    a.args.iter().all(|b| {
+                        dotted(b).is_some_and(|n| n == "Module" || n.ends_with("nn.Module"))
+                    })
+                });
+                if plain_base && self.module_classes.contains(c.name.id.as_str()) {
+                    let mut attrs = HashSet::new();
+                    for s in &c.body {
+                        if let Stmt::FunctionDef(f) = s {
+                            crate::flow::collect_self_modules(self, &f.body, &mut attrs);
+                        }
+                    }
+                    let src =
+                        &self.source[c.range().start().to_usize()..c.range().end().to_usize()];
+                    if attrs.is_empty() && !src.contains("Parameter") && !src.contains("register_")
+                    {
+                        self.param_free_classes.insert(c.name.id.to_string());
                     }
                 }
             }
@@ -428,7 +504,10 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 self.replacing = replacing;
                 rules::inplace_saved::check(self, f);
                 rules::stale_graph::check_block(self, &f.body);
+                let lists = rules::unregistered::local_module_lists(self, &f.body);
+                self.module_lists.push(lists);
                 visitor::walk_stmt(self, stmt);
+                self.module_lists.pop();
                 self.functions.pop();
                 return;
             }

@@ -228,6 +228,9 @@ pub struct Flow<'a, 'c> {
     forward_returns: Vec<Deps>,
     /// Dotted names (and their prefixes) that appear in an optimizer's arguments.
     optimized: HashSet<String>,
+    /// `self.X` a class freezes itself (`self.esm.requires_grad_(False)`, a loop setting
+    /// `requires_grad = False` over `self.X.parameters()`): a cut of it is deliberate.
+    frozen: HashSet<String>,
 }
 
 struct Dotted(Vec<String>);
@@ -303,6 +306,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             backwards: Vec::new(),
             forward_returns: Vec::new(),
             optimized: HashSet::new(),
+            frozen: HashSet::new(),
         };
         let mut opt = OptimizerArgs(HashSet::new());
         for s in &module.body {
@@ -389,6 +393,16 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         if is_module {
+            let src = &self.ck.source[c.range().start().to_usize()..c.range().end().to_usize()];
+            for attr in attrs.iter().chain(called.out.iter()) {
+                let x = format!("self.{attr}");
+                if src.contains(&format!("{x}.requires_grad_(False)"))
+                    || src.contains(&format!("{x}.parameters():\n"))
+                        && src.contains("requires_grad = False")
+                {
+                    self.frozen.insert(x);
+                }
+            }
             // Submodules built by a factory or a class from another file (`norm_layer(dim)`,
             // `Conv1D(...)`): known by being called. Parameters a torch layer subclass
             // inherits (`class LayerNorm2d(nn.LayerNorm)` reads `self.weight`).
@@ -444,6 +458,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if !source.starts_with("self.")
                     || d.live.contains(source)
                     || is_untrained_copy(source)
+                    || self.frozen.contains(source)
                 {
                     continue;
                 }

@@ -75,4 +75,11 @@ mod tests {
         let src = "import torch.nn as nn\nfrom ...modeling_utils import PreTrainedModel\n\nclass Clf(PreTrainedModel):\n    def __init__(self, config):\n        super().__init__(config)\n        self.head = nn.Linear(4, 3)\n        self.softmax = nn.Softmax(-1)\n\n    def forward(self, x):\n        logits = self.head(x)\n        ids = self.get_input_embeddings()(x).argmax(-1)\n        return logits, self.softmax(logits).argmax(-1), ids\n";
         assert!(codes(src).is_empty());
     }
+
+    #[test]
+    fn a_submodule_the_class_freezes_itself_is_fine() {
+        // ESMFold: the language model is frozen in `__init__`, its features detached.
+        let src = "import torch.nn as nn\nfrom .esm import EsmModel\n\nclass Fold(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.esm = EsmModel(config)\n        self.esm.requires_grad_(False)\n        self.trunk = nn.Linear(4, 4)\n\n    def forward(self, x):\n        feats = self.esm(x).detach()\n        return self.trunk(feats)\n";
+        assert!(codes(src).is_empty());
+    }
 }

@@ -1,6 +1,9 @@
 //! GS301: modules kept in a plain list/dict/tuple attribute of an `nn.Module`.
 
-use ruff_python_ast::{Expr, StmtAssign};
+use std::collections::HashSet;
+
+use ruff_python_ast::visitor::{self, Visitor};
+use ruff_python_ast::{Expr, Stmt, StmtAssign};
 
 use super::Rule;
 use crate::checker::{dotted, Checker};
@@ -27,6 +30,171 @@ fn tensor_requiring_grad(e: &Expr) -> Option<&Expr> {
             && matches!(&k.value, Expr::BooleanLiteral(b) if b.value)
     });
     (flag && name.starts_with("torch.") && !name.ends_with("Parameter")).then_some(e)
+}
+
+/// A container of modules: a list/tuple/dict display or comprehension of module constructions,
+/// `list(...)`/`tuple(...)`/`dict(...)` of one, a concatenation, or a local name the function
+/// filled with modules (`layers = []` then `layers.append(Block(i))`).
+fn holds_modules(ck: &Checker, e: &Expr, locals: &HashSet<String>) -> bool {
+    let module = |x: &Expr| {
+        ck.constructs_module(x) || matches!(x, Expr::Name(n) if locals.contains(n.id.as_str()))
+    };
+    match e {
+        Expr::List(l) => l.elts.iter().any(module),
+        Expr::Tuple(t) => t.elts.iter().any(module),
+        Expr::ListComp(c) => module(&c.elt),
+        Expr::Generator(c) => module(&c.elt),
+        Expr::Dict(d) => d.items.iter().any(|i| module(&i.value)),
+        Expr::DictComp(c) => module(&c.value),
+        Expr::BinOp(b) => holds_modules(ck, &b.left, locals) || holds_modules(ck, &b.right, locals),
+        Expr::Name(n) => locals.contains(n.id.as_str()),
+        Expr::Call(c) => {
+            let name = crate::checker::call_name(e).unwrap_or_default();
+            matches!(
+                name.as_str(),
+                "tuple" | "list" | "dict" | "sorted" | "reversed"
+            ) && c
+                .arguments
+                .args
+                .first()
+                .is_some_and(|arg| holds_modules(ck, arg, locals))
+        }
+        _ => false,
+    }
+}
+
+fn is_dict(e: &Expr) -> bool {
+    match e {
+        Expr::Dict(_) | Expr::DictComp(_) => true,
+        Expr::Call(_) => crate::checker::call_name(e).is_some_and(|n| n == "dict"),
+        _ => false,
+    }
+}
+
+/// What a function body does with containers of modules.
+#[derive(Debug, Clone, Default)]
+pub struct LocalModules {
+    /// Names (and `self.` attributes) it fills with modules: assigned a container of them, or
+    /// appended, inserted, extended, indexed into.
+    pub lists: HashSet<String>,
+    /// Targets it (re)assigns a module: `self.layers = nn.ModuleList(self.layers)` after
+    /// filling a plain list registers them after all.
+    pub rewrapped: HashSet<String>,
+    /// It registers modules by name itself (`self.add_module(str(i), layer)`).
+    pub registers: bool,
+}
+
+/// What a function body does with containers of modules.
+pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
+    struct Fill<'c, 'a> {
+        ck: &'c Checker<'a>,
+        single: HashSet<String>,
+        lists: HashSet<String>,
+        rewrapped: HashSet<String>,
+        registers: bool,
+    }
+    impl Fill<'_, '_> {
+        fn module(&self, e: &Expr) -> bool {
+            self.ck.constructs_module(e)
+                || matches!(e, Expr::Name(n) if self.single.contains(n.id.as_str()))
+        }
+        fn container(&self, e: &Expr) -> bool {
+            let mut both = self.lists.clone();
+            both.extend(self.single.iter().cloned());
+            holds_modules(self.ck, e, &both) && !self.module(e)
+        }
+    }
+    impl<'b> Visitor<'b> for Fill<'_, '_> {
+        fn visit_stmt(&mut self, s: &'b Stmt) {
+            match s {
+                Stmt::FunctionDef(_) | Stmt::ClassDef(_) => return,
+                Stmt::Assign(a) => {
+                    for t in &a.targets {
+                        if self.ck.constructs_module(&a.value) {
+                            if let Some(d) = dotted(t) {
+                                self.rewrapped.insert(d);
+                            }
+                        }
+                        match t {
+                            Expr::Name(n) if self.module(&a.value) => {
+                                self.single.insert(n.id.to_string());
+                            }
+                            Expr::Name(n) if self.container(&a.value) => {
+                                self.lists.insert(n.id.to_string());
+                            }
+                            Expr::Subscript(sub) if self.module(&a.value) => {
+                                if let Expr::Name(n) = sub.value.as_ref() {
+                                    self.lists.insert(n.id.to_string());
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Stmt::AugAssign(a) => {
+                    if let Expr::Name(n) = a.target.as_ref() {
+                        if self.container(&a.value) {
+                            self.lists.insert(n.id.to_string());
+                        }
+                    }
+                }
+                Stmt::Expr(e) => {
+                    if let Expr::Call(c) = e.value.as_ref() {
+                        if let Expr::Attribute(at) = c.func.as_ref() {
+                            // `layers.append(...)`, and `self.layer.append(...)` after
+                            // `self.layer = list()`.
+                            if matches!(at.attr.id.as_str(), "add_module" | "register_module")
+                                && matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                            {
+                                self.registers = true;
+                            }
+                            // A module container (`extra = nn.ModuleList(...)`) is not plain.
+                            if let Some(n) = dotted(&at.value).filter(|n| !self.single.contains(n))
+                            {
+                                let filled = match at.attr.id.as_str() {
+                                    "append" => {
+                                        c.arguments.args.first().is_some_and(|x| self.module(x))
+                                    }
+                                    "insert" => {
+                                        c.arguments.args.get(1).is_some_and(|x| self.module(x))
+                                    }
+                                    "extend" => {
+                                        c.arguments.args.first().is_some_and(|x| self.container(x))
+                                    }
+                                    _ => false,
+                                };
+                                if filled {
+                                    self.lists.insert(n);
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            visitor::walk_stmt(self, s);
+        }
+    }
+    let mut f = Fill {
+        ck,
+        single: HashSet::new(),
+        lists: HashSet::new(),
+        rewrapped: HashSet::new(),
+        registers: false,
+    };
+    // Twice: a name filled before it is known to hold modules (`blocks += [layer]` after
+    // `layer = Block()` in a loop) settles on the second pass.
+    for _ in 0..2 {
+        for s in body {
+            f.visit_stmt(s);
+        }
+    }
+    let lists = f.lists.difference(&f.single).cloned().collect();
+    LocalModules {
+        lists,
+        rewrapped: f.rewrapped,
+        registers: f.registers,
+    }
 }
 
 pub fn check(ck: &mut Checker, a: &StmtAssign) {
@@ -61,35 +229,27 @@ pub fn check(ck: &mut Checker, a: &StmtAssign) {
         }
         return;
     }
-    let (holds_modules, wrapper) = match a.value.as_ref() {
-        Expr::List(l) => (
-            l.elts.iter().any(|e| ck.constructs_module(e)),
-            "nn.ModuleList",
-        ),
-        Expr::Tuple(t) => (
-            t.elts.iter().any(|e| ck.constructs_module(e)),
-            "nn.ModuleList",
-        ),
-        Expr::ListComp(c) => (ck.constructs_module(&c.elt), "nn.ModuleList"),
-        Expr::Dict(d) => (
-            d.items.iter().any(|i| ck.constructs_module(&i.value)),
-            "nn.ModuleDict",
-        ),
-        Expr::DictComp(c) => (ck.constructs_module(&c.value), "nn.ModuleDict"),
-        // `tuple(Block(i) for i in ...)`, `list(...)`, `dict(...)`
+    let local = ck.module_lists.last().cloned().unwrap_or_default();
+    if local.registers || local.rewrapped.contains(name.as_str()) {
+        return;
+    }
+    let locals = local.lists;
+    let empty = match a.value.as_ref() {
+        Expr::List(l) => l.elts.is_empty(),
+        Expr::Dict(d) => d.items.is_empty(),
         Expr::Call(c) => {
-            let builtin = crate::checker::call_name(a.value.as_ref()).unwrap_or_default();
-            let holds = c.arguments.args.first().is_some_and(|arg| match arg {
-                Expr::Generator(g) => ck.constructs_module(&g.elt),
-                Expr::List(l) => l.elts.iter().any(|e| ck.constructs_module(e)),
-                _ => false,
-            });
-            match builtin.as_str() {
-                "tuple" | "list" => (holds, "nn.ModuleList"),
-                _ => (false, ""),
-            }
+            c.arguments.is_empty()
+                && crate::checker::call_name(a.value.as_ref())
+                    .is_some_and(|n| n == "list" || n == "dict")
         }
-        _ => (false, ""),
+        _ => false,
+    };
+    let holds_modules =
+        holds_modules(ck, a.value.as_ref(), &locals) || (empty && locals.contains(name.as_str()));
+    let wrapper = if is_dict(a.value.as_ref()) {
+        "nn.ModuleDict"
+    } else {
+        "nn.ModuleList"
     };
     if !holds_modules {
         return;
@@ -152,8 +312,31 @@ mod tests {
     }
 
     #[test]
+    fn flags_containers_built_in_steps() {
+        // transformers' `list([Layer(i) for i ...])`, wav2vec2's concatenated conv layers
+        // kept via `list(conv_layers)`, a list filled by `append` in a loop.
+        let src = "import torch.nn as nn\nclass Block(nn.Module):\n    pass\nclass M(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.layer = list([Block() for i in range(n)])\n        conv_layers = [Block()] + [Block() for i in range(n)]\n        self.conv_layers = list(conv_layers)\n        blocks = []\n        for i in range(n):\n            layer = nn.Linear(4, 4)\n            blocks.append(layer)\n        self.blocks = blocks\n        self.towers = dict({'l': Block(), 'r': Block()})\n        self.layer = list()\n        self.layer.append(Block())\n        self.stages = []\n        self.stages.append(Block())\n        self.stages = nn.ModuleList(self.stages)\n        extra = nn.ModuleList([Block()])\n        extra.insert(0, Block())\n        self.extra = extra\n";
+        let found = crate::lint_source("t.py", src).unwrap();
+        let lines: Vec<u32> = found
+            .iter()
+            .map(|f| f.location.as_ref().unwrap().line)
+            .collect();
+        assert_eq!(lines, vec![7, 9, 14, 15, 16]);
+        assert_eq!(
+            found[3].fix.as_deref(),
+            Some("self.towers = nn.ModuleDict(dict({'l': Block(), 'r': Block()}))")
+        );
+    }
+
+    #[test]
+    fn modules_registered_by_name_are_fine() {
+        let src = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.blocks = []\n        for i in range(n):\n            block = nn.Linear(4, 4)\n            self.blocks.append(block)\n            self.add_module(str(i), block)\n";
+        assert!(codes(src).is_empty());
+    }
+
+    #[test]
     fn module_lists_and_plain_data_are_fine() {
-        let src = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.scale = nn.Parameter(torch.ones(1, requires_grad=True))\n        self.mask = torch.zeros(4)\n        self.heads = nn.ModuleList([nn.Linear(4, 2)])\n        self.sizes = [4, 8]\n        self.acts = [nn.functional.relu]\nclass NotAModule:\n    def __init__(self):\n        self.layers = [nn.Linear(2, 2)]\n";
+        let src = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.scale = nn.Parameter(torch.ones(1, requires_grad=True))\n        self.mask = torch.zeros(4)\n        self.heads = nn.ModuleList([nn.Linear(4, 2)])\n        self.sizes = [4, 8]\n        self.acts = [nn.functional.relu]\n        layers = [nn.Linear(4, 4)]\n        self.body = nn.Sequential(*layers)\n        self.sizes2 = list(self.sizes)\nclass NotAModule:\n    def __init__(self):\n        self.layers = [nn.Linear(2, 2)]\n";
         assert!(codes(src).is_empty());
     }
 }

@@ -40,6 +40,8 @@ pub enum CutKind {
     NoGrad,
     /// argmax, rounding, integer casts, comparisons
     NonDiff,
+    /// the result of `torch.autograd.grad(...)` without `create_graph=True`
+    NoCreateGraph,
 }
 
 /// One cut: its kind and the code that made it.
@@ -72,6 +74,9 @@ pub struct FlowCut {
     /// `true`: the value fed a `forward` return; `false`: a `backward()`.
     pub in_forward: bool,
 }
+
+/// The pseudo-source of values made under `torch.inference_mode()`.
+pub const INFERENCE: &str = "<inference tensor>";
 
 const MAX_SOURCES: usize = 64;
 const MAX_CUTS: usize = 8;
@@ -134,6 +139,8 @@ struct Frame {
     env: HashMap<String, Deps>,
     class: Option<String>,
     no_grad: Option<TextRange>,
+    /// The `no_grad` block is `torch.inference_mode()`: what it makes are inference tensors.
+    inference: bool,
     returns: Deps,
 }
 
@@ -344,6 +351,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             env: HashMap::new(),
             class: None,
             no_grad: None,
+            inference: false,
             returns: Deps::default(),
         };
         flow.block(&module.body, &mut top);
@@ -439,7 +447,10 @@ impl<'a, 'c> Flow<'a, 'c> {
             self.backwards.iter().flat_map(|d| d.live.iter()).collect();
         for d in &self.backwards {
             for (source, cuts) in &d.cut {
-                if live_anywhere.contains(source) || !self.optimized.contains(source) {
+                let inference = source == INFERENCE && !self.optimized.is_empty();
+                if !inference
+                    && (live_anywhere.contains(source) || !self.optimized.contains(source))
+                {
                     continue;
                 }
                 for c in cuts {
@@ -490,6 +501,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             env: HashMap::new(),
             class: class.map(str::to_owned),
             no_grad: None,
+            inference: false,
             returns: Deps::default(),
         };
         for p in param_names(&f.parameters) {
@@ -554,7 +566,18 @@ impl<'a, 'c> Flow<'a, 'c> {
 
     fn under_no_grad(&self, d: Deps, fr: &Frame) -> Deps {
         match fr.no_grad {
-            Some(r) => d.cut_all(CutKind::NoGrad, r),
+            Some(r) => {
+                let mut d = d.cut_all(CutKind::NoGrad, r);
+                if fr.inference {
+                    // Even a value made from data alone is an inference tensor: backward
+                    // fails wherever an op saves it.
+                    d.add_cuts(
+                        INFERENCE.to_owned(),
+                        BTreeSet::from([Cut::new(CutKind::NoGrad, r)]),
+                    );
+                }
+                d
+            }
             None => d,
         }
     }
@@ -661,10 +684,12 @@ impl<'a, 'c> Flow<'a, 'c> {
                 self.block(&w.orelse, fr);
             }
             Stmt::With(w) => {
-                let saved = fr.no_grad;
+                let saved = (fr.no_grad, fr.inference);
                 for item in &w.items {
                     if disables_grad(&item.context_expr) {
                         fr.no_grad = Some(item.context_expr.range());
+                        fr.inference = dotted_callee(&item.context_expr)
+                            .is_some_and(|n| n.ends_with("inference_mode"));
                     } else {
                         let d = self.expr(&item.context_expr, fr);
                         if let Some(v) = &item.optional_vars {
@@ -673,7 +698,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                     }
                 }
                 self.block(&w.body, fr);
-                fr.no_grad = saved;
+                (fr.no_grad, fr.inference) = saved;
             }
             Stmt::Try(t) => {
                 self.block(&t.body, fr);
@@ -847,6 +872,13 @@ impl<'a, 'c> Flow<'a, 'c> {
                     self.backwards.push(d);
                     return Deps::default();
                 }
+                // A copy made outside the block is an ordinary tensor.
+                "clone" if !namespace && fr.no_grad.is_none() => {
+                    let mut d = self.expr(&a.value, fr);
+                    self.args(c, fr);
+                    d.cut.remove(INFERENCE);
+                    return d;
+                }
                 "detach" | "detach_" if !namespace && no_args => {
                     return self.expr(&a.value, fr).cut_all(CutKind::Detach, e.range());
                 }
@@ -898,7 +930,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             "np.array" | "np.asarray" | "numpy.array" | "numpy.asarray" => {
                 return self.args(c, fr).cut_all(CutKind::Item, e.range());
             }
-            "torch.autograd.backward" | "torch.autograd.grad" => {
+            "torch.autograd.backward" | "torch.autograd.grad" | "autograd.grad" => {
                 let d = c
                     .arguments
                     .args
@@ -906,8 +938,38 @@ impl<'a, 'c> Flow<'a, 'c> {
                     .map(|a| self.expr(a, fr))
                     .unwrap_or_default();
                 self.args(c, fr);
-                self.backwards.push(d);
-                return Deps::default();
+                // `autograd.grad(loss, model.parameters())` trains (a hand-written step);
+                // `autograd.grad(energy, x)` w.r.t. data does not.
+                let inputs = c.arguments.args.get(1).or_else(|| {
+                    c.arguments
+                        .keywords
+                        .iter()
+                        .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == "inputs"))
+                        .map(|k| &k.value)
+                });
+                let wrt_params = inputs.is_none_or(|i| {
+                    let r = i.range();
+                    let text = &self.ck.source[r.start().to_usize()..r.end().to_usize()];
+                    text.contains("parameters") || text.contains("params")
+                        || dotted(i).is_some_and(|n| self.optimized.contains(&n))
+                });
+                if name == "torch.autograd.backward" || wrt_params {
+                    self.backwards.push(d.clone());
+                }
+                if name == "torch.autograd.backward" {
+                    return Deps::default();
+                }
+                // The gradients depend on what the outputs depend on: differentiably only with
+                // `create_graph=True` (a gradient penalty, a force from an energy).
+                let create_graph = c.arguments.keywords.iter().any(|k| {
+                    k.arg.as_ref().is_some_and(|a| a.id.as_str() == "create_graph")
+                        && !matches!(&k.value, Expr::BooleanLiteral(b) if !b.value)
+                });
+                return if create_graph {
+                    d
+                } else {
+                    d.cut_all(CutKind::NoCreateGraph, e.range())
+                };
             }
             n if OPAQUE_BUILTINS.contains(&n) => {
                 self.args(c, fr);
@@ -975,6 +1037,14 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         out
+    }
+}
+
+/// The dotted name of a call's callee, or of the expression itself.
+fn dotted_callee(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Call(c) => dotted(&c.func),
+        other => dotted(other),
     }
 }
 

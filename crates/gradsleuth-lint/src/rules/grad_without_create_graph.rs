@@ -21,6 +21,17 @@ fn grad_calls<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
     }
 }
 
+/// From the data flow: the model reaches the loss only through the gradients such a call
+/// returns (computed in a loss helper, backward called elsewhere).
+pub fn report_cut(ck: &mut Checker, cut: &crate::flow::FlowCut) {
+    let loc = ck.location(&cut.cut.range());
+    ck.report(
+        RULE.finding(format!("`{}` reaches the loss only through `torch.autograd.grad` without `create_graph=True`: that term adds nothing to its gradient.", cut.source))
+            .at(Some(loc))
+            .fix("Pass `create_graph=True` when the gradient is part of a loss."),
+    );
+}
+
 /// Called with a function body: flags grad calls without create_graph if backward follows.
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
     let text_has_backward = |s: &Stmt| {
@@ -63,6 +74,18 @@ pub fn check(ck: &mut Checker, body: &[Stmt]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn flags_a_force_loss_computed_in_a_helper() {
+        let src = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nmodel = nn.Linear(6, 1)\n\ndef compute_loss(model, batch):\n    x, forces = batch\n    x = x.clone().requires_grad_(True)\n    energy = model(x).sum()\n    (grad_x,) = torch.autograd.grad(energy, x)\n    return F.mse_loss(-grad_x, forces)\n\nopt = torch.optim.Adam(model.parameters())\nfor batch in data:\n    loss = compute_loss(model, batch)\n    loss.backward()\n";
+        assert_eq!(super::super::codes(src), vec![("GS312".into(), 11)]);
+    }
+
+    #[test]
+    fn a_gradient_penalty_with_create_graph_is_fine() {
+        let src = "import torch\nimport torch.nn as nn\nD = nn.Linear(6, 1)\nopt = torch.optim.Adam(D.parameters())\nfor x in data:\n    x.requires_grad_(True)\n    out = D(x).sum()\n    (g,) = torch.autograd.grad(out, x, create_graph=True)\n    loss = (g.norm() - 1) ** 2\n    loss.backward()\n";
+        assert!(super::super::codes(src).is_empty());
+    }
+
     use super::super::codes;
 
     #[test]

@@ -150,6 +150,7 @@ pub(crate) fn dispatch_cut(ck: &mut Checker, cut: &FlowCut) {
         CutKind::Item => item_roundtrip::report(ck, cut),
         CutKind::Rewrap => tensor_rewrap::report(ck, cut),
         CutKind::NoGrad => no_grad_cut::report(ck, cut),
+        CutKind::NoCreateGraph => grad_without_create_graph::report_cut(ck, cut),
         CutKind::NonDiff => report_cut(
             ck,
             &non_diff_in_loss::RULE,

@@ -8,6 +8,15 @@ use crate::flow::FlowCut;
 pub const RULE: Rule = Rule { code: "GS319" };
 
 pub fn report(ck: &mut Checker, cut: &FlowCut) {
+    if cut.source == crate::flow::INFERENCE {
+        let loc = ck.location(&cut.cut.range());
+        ck.report(
+            RULE.finding("A tensor made under `torch.inference_mode()` reaches the loss: backward fails (\"Inference tensors cannot be saved for backward\") wherever an op saves it, and nothing before it gets a gradient.")
+                .at(Some(loc))
+                .fix("Compute it under `torch.no_grad()` instead (or outside the block), or `.clone()` it after the block."),
+        );
+        return;
+    }
     report_cut(
         ck,
         &RULE,
@@ -36,6 +45,19 @@ mod tests {
     #[test]
     fn a_frozen_teacher_is_fine() {
         let src = "import torch\nimport torch.nn as nn\nteacher = nn.Linear(4, 2)\nstudent = nn.Linear(4, 2)\nopt = torch.optim.Adam(student.parameters())\nfor x in data:\n    with torch.no_grad():\n        t = teacher(x)\n        pseudo = student(x).argmax(-1)\n    loss = (student(x) - t).pow(2).mean() + nn.functional.cross_entropy(student(x), pseudo)\n    loss.backward()\n";
+        assert!(codes(src).is_empty());
+    }
+
+    #[test]
+    fn flags_inference_tensors_that_reach_the_loss() {
+        // Targets from a teacher under inference_mode: the MSE saves them, backward fails.
+        let src = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nteacher = nn.Linear(4, 2)\nstudent = nn.Linear(4, 2)\nopt = torch.optim.Adam(student.parameters())\nfor x in data:\n    with torch.inference_mode():\n        t = teacher(x)\n        ids = torch.cat([x[:, :1] * 0, x[:, 1:]], 1)\n    loss = F.mse_loss(student(ids), t)\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS319".into(), 8)]);
+    }
+
+    #[test]
+    fn inference_tensors_cloned_or_kept_out_of_the_loss_are_fine() {
+        let src = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nteacher = nn.Linear(4, 2)\nstudent = nn.Linear(4, 2)\nopt = torch.optim.Adam(student.parameters())\nfor x in data:\n    with torch.inference_mode():\n        t = teacher(x)\n        acc = (t.argmax(-1) == 0).float().mean()\n    loss = F.mse_loss(student(x), t.clone())\n    loss.backward()\n    log(acc)\n";
         assert!(codes(src).is_empty());
     }
 

@@ -298,6 +298,9 @@ struct Step {
     /// A new Python float named so, at the address of `reuse` if given.
     value: Option<String>,
     reuse: Option<String>,
+    /// The function is a short-lived object made for this call (a descriptor's bound
+    /// `__get__`), at the address the last such object had.
+    transient: bool,
 }
 
 /// A field that is present, even as `null`, is `Some`.
@@ -359,6 +362,7 @@ fn run_fixture(path: &Path) -> Value {
     let mut recorder = Recorder::new("run", 1, None, Vec::new());
     let mut log: OpLog<(usize, u32), u32> = OpLog::new(1);
     let mut funcs: HashMap<(String, Option<String>), usize> = HashMap::new();
+    let mut last_transient: Option<usize> = None;
     let mut losses: Vec<usize> = Vec::new();
     for step in &fx.ops {
         w.stack = step
@@ -392,6 +396,17 @@ fn run_fixture(path: &Path) -> Value {
         let Some(op) = &step.op else { continue };
         let fkey = (op.clone(), step.owner.clone());
         let func = match funcs.get(&fkey) {
+            _ if step.transient => {
+                let f = w.alloc(
+                    Obj::Func {
+                        qual: op.clone(),
+                        owner: step.owner.clone(),
+                    },
+                    last_transient,
+                );
+                last_transient = Some(f);
+                f
+            }
             Some(f) => *f,
             None => {
                 let f = w.alloc(

@@ -950,7 +950,8 @@ impl<'a, 'c> Flow<'a, 'c> {
                 let wrt_params = inputs.is_none_or(|i| {
                     let r = i.range();
                     let text = &self.ck.source[r.start().to_usize()..r.end().to_usize()];
-                    text.contains("parameters") || text.contains("params")
+                    text.contains("parameters")
+                        || text.contains("params")
                         || dotted(i).is_some_and(|n| self.optimized.contains(&n))
                 });
                 if name == "torch.autograd.backward" || wrt_params {
@@ -962,7 +963,9 @@ impl<'a, 'c> Flow<'a, 'c> {
                 // The gradients depend on what the outputs depend on: differentiably only with
                 // `create_graph=True` (a gradient penalty, a force from an energy).
                 let create_graph = c.arguments.keywords.iter().any(|k| {
-                    k.arg.as_ref().is_some_and(|a| a.id.as_str() == "create_graph")
+                    k.arg
+                        .as_ref()
+                        .is_some_and(|a| a.id.as_str() == "create_graph")
                         && !matches!(&k.value, Expr::BooleanLiteral(b) if !b.value)
                 });
                 return if create_graph {

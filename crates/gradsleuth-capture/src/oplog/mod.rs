@@ -139,7 +139,10 @@ pub struct OpLog<K, N> {
     /// object it keeps, and freeing long chains of those recurses in torch (see
     /// `gradsleuth_graph::MAX_DEPTH`).
     module_timeline: Vec<(u64, Option<u64>)>,
-    funcs: FxHashMap<usize, FuncInfo>,
+    /// Address of a function -> its classification, with the keeper that says the address
+    /// still holds that function: `t.shape` and `t.data` arrive as short-lived method
+    /// wrappers of their descriptors, and a freed wrapper's address is soon another's.
+    funcs: FxHashMap<usize, (FuncInfo, K)>,
     /// Address -> (cuts it depends on, the object's keeper). Addresses are reused once an
     /// object dies, so an entry counts only while its keeper says it is the same object.
     taint: FxHashMap<usize, (Vec<u32>, K)>,
@@ -220,6 +223,7 @@ impl<K, N> OpLog<K, N> {
     /// Drops every kept object and all step state.
     pub fn clear(&mut self) {
         self.cuts.clear();
+        self.funcs.clear();
         self.taint.clear();
         self.values.clear();
         self.created.clear();
@@ -234,13 +238,16 @@ impl<K, N> OpLog<K, N> {
     }
 
     fn func_info<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, func: &H::Value) -> FuncInfo {
-        self.funcs
-            .entry(h.addr(func))
-            .or_insert_with(|| {
-                let (qual, owner) = h.func_names(func);
-                classify(&qual, owner.as_deref())
-            })
-            .clone()
+        let addr = h.addr(func);
+        if let Some((info, keeper)) = self.funcs.get(&addr) {
+            if h.holds(keeper, func) {
+                return info.clone();
+            }
+        }
+        let (qual, owner) = h.func_names(func);
+        let info = classify(&qual, owner.as_deref());
+        self.funcs.insert(addr, (info.clone(), h.keep(func)));
+        info
     }
 
     /// The module whose forward is running now (from the tracer's module hooks).

@@ -155,6 +155,8 @@ pub struct OpLog<K, N> {
     construct_site: FxHashMap<usize, (Site, Vec<u32>)>,
     inplace: Vec<Inplace>,
     loss_taint: Vec<u32>,
+    /// Cut -> addresses of parameters an op used directly on a value the cut tainted.
+    consumers: FxHashMap<u32, Vec<usize>>,
     loss_rewraps: Vec<(Option<Site>, Vec<u32>)>,
     step: u32,
     /// Ops recorded.
@@ -198,6 +200,7 @@ impl<K, N> OpLog<K, N> {
             construct_site: Default::default(),
             inplace: Vec::new(),
             loss_taint: Vec::new(),
+            consumers: Default::default(),
             loss_rewraps: Vec::new(),
             step,
             ops: 0,
@@ -224,6 +227,7 @@ impl<K, N> OpLog<K, N> {
     pub fn clear(&mut self) {
         self.cuts.clear();
         self.funcs.clear();
+        self.consumers.clear();
         self.taint.clear();
         self.values.clear();
         self.created.clear();
@@ -404,6 +408,22 @@ impl<K, N> OpLog<K, N> {
             }
             if h.requires_grad(t)? {
                 needs_grad.push(t.clone());
+            }
+        }
+        if !taint.is_empty() {
+            // Parameters used directly by an op downstream of a cut: a round/argmax/integer
+            // cast can leave them a constant input (`.long()` of small activations is all
+            // zeros), and so an exactly zero gradient that the cut explains.
+            for t in &needs_grad {
+                if h.grad_fn(t)?.is_none() {
+                    let a = h.addr(t);
+                    for &c in &taint {
+                        let v = self.consumers.entry(c).or_default();
+                        if v.len() < 1024 && !v.contains(&a) {
+                            v.push(a);
+                        }
+                    }
+                }
             }
         }
         if kind == Kind::Construct {
@@ -772,7 +792,18 @@ impl<K, N> OpLog<K, N> {
                 continue;
             }
             let pool = if cut.soft { zero } else { unreached };
-            let (params, first_leaf) = Self::reach(h, cut, pool);
+            let (mut params, first_leaf) = Self::reach(h, cut, pool);
+            // Downstream of a non-differentiable op: parameters whose input it made constant
+            // (their gradient exactly zero) are lost to it too.
+            if cut.kind == Category::NonDifferentiable {
+                for a in self.consumers.get(&id).into_iter().flatten() {
+                    if let Some(k) = zero.get(a) {
+                        if !params.contains(k) {
+                            params.push(*k);
+                        }
+                    }
+                }
+            }
             // A gradient term without create_graph adds nothing to the gradient even when
             // every parameter still learns through the rest of the loss.
             if params.is_empty() && cut.kind != Category::CreateGraph {

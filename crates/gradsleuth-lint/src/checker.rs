@@ -36,6 +36,9 @@ pub struct Checker<'a> {
     /// Module classes of this file that hold no parameter or submodule (a loss written as a
     /// module): building one inside `forward` loses nothing.
     pub param_free_classes: HashSet<String>,
+    /// Module classes that train themselves: a method builds an optimizer over
+    /// `self.parameters()` (forward-forward layers). A plain list of them loses nothing.
+    pub self_optimizing: HashSet<String>,
     /// Every function of the file by name (nested ones too; the last definition wins).
     pub defs: HashMap<String, &'a ruff_python_ast::StmtFunctionDef>,
     /// Per enclosing function: local names it fills with modules.
@@ -154,6 +157,7 @@ impl<'a> Checker<'a> {
             module_lists: Vec::new(),
             defs: HashMap::new(),
             param_free_classes: HashSet::new(),
+            self_optimizing: HashSet::new(),
             module_factories: HashSet::new(),
             forward_helpers: HashSet::new(),
             replacing: Vec::new(),
@@ -240,6 +244,33 @@ impl<'a> Checker<'a> {
                     if is_module {
                         self.module_classes.insert(c.name.id.to_string());
                     }
+                }
+            }
+        }
+        struct OwnOptimizer(bool);
+        impl<'a> Visitor<'a> for OwnOptimizer {
+            fn visit_expr(&mut self, e: &'a Expr) {
+                if let Expr::Call(c) = e {
+                    if dotted(&c.func).is_some_and(|n| crate::flow::is_optimizer_ctor(&n))
+                        && c.arguments
+                            .args
+                            .first()
+                            .is_some_and(|a| call_name(a).is_some_and(|n| n == "self.parameters"))
+                    {
+                        self.0 = true;
+                    }
+                }
+                visitor::walk_expr(self, e);
+            }
+        }
+        for stmt in &module.body {
+            if let Stmt::ClassDef(c) = stmt {
+                let mut own = OwnOptimizer(false);
+                for s in &c.body {
+                    own.visit_stmt(s);
+                }
+                if own.0 {
+                    self.self_optimizing.insert(c.name.id.to_string());
                 }
             }
         }

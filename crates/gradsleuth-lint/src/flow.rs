@@ -214,10 +214,29 @@ const OPAQUE_BUILTINS: &[&str] = &[
 
 pub(crate) fn is_optimizer_ctor(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name);
-    (name.contains("optim.") || name.starts_with("optim"))
-        && last.chars().next().is_some_and(char::is_uppercase)
-        && !last.contains("Scheduler")
-        && !last.starts_with("LR")
+    // `from torch.optim import AdamW`: torch's optimizers by their own names.
+    const TORCH_OPTIMIZERS: &[&str] = &[
+        "SGD",
+        "Adam",
+        "AdamW",
+        "Adamax",
+        "Adadelta",
+        "Adagrad",
+        "Adafactor",
+        "ASGD",
+        "LBFGS",
+        "NAdam",
+        "RAdam",
+        "RMSprop",
+        "Rprop",
+        "SparseAdam",
+        "Muon",
+    ];
+    TORCH_OPTIMIZERS.contains(&last)
+        || (name.contains("optim.") || name.starts_with("optim"))
+            && last.chars().next().is_some_and(char::is_uppercase)
+            && !last.contains("Scheduler")
+            && !last.starts_with("LR")
 }
 
 /// The data flow over a file.

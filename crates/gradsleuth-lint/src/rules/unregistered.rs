@@ -37,7 +37,9 @@ fn tensor_requiring_grad(e: &Expr) -> Option<&Expr> {
 /// filled with modules (`layers = []` then `layers.append(Block(i))`).
 fn holds_modules(ck: &Checker, e: &Expr, locals: &HashSet<String>) -> bool {
     let module = |x: &Expr| {
-        ck.constructs_module(x) || matches!(x, Expr::Name(n) if locals.contains(n.id.as_str()))
+        (ck.constructs_module(x)
+            && !crate::checker::call_name(x).is_some_and(|n| ck.self_optimizing.contains(&n)))
+            || matches!(x, Expr::Name(n) if locals.contains(n.id.as_str()))
     };
     match e {
         Expr::List(l) => l.elts.iter().any(module),
@@ -326,6 +328,13 @@ mod tests {
             found[3].fix.as_deref(),
             Some("self.towers = nn.ModuleDict(dict({'l': Block(), 'r': Block()}))")
         );
+    }
+
+    #[test]
+    fn layers_that_train_themselves_are_fine() {
+        // pytorch/examples' forward-forward: each layer owns its optimizer.
+        let src = "import torch.nn as nn\nfrom torch.optim import Adam\nclass Layer(nn.Linear):\n    def __init__(self, i, o):\n        super().__init__(i, o)\n        self.opt = Adam(self.parameters(), lr=0.03)\nclass Net(nn.Module):\n    def __init__(self, dims):\n        super().__init__()\n        self.layers = []\n        for d in range(len(dims) - 1):\n            self.layers = self.layers + [Layer(dims[d], dims[d + 1])]\n";
+        assert!(codes(src).is_empty());
     }
 
     #[test]

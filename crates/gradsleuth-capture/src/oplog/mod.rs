@@ -969,6 +969,30 @@ impl<K, N> OpLog<K, N> {
                     .iter()
                     .filter(|e| e.shape == shape)
                     .find(in_range)
+            })
+            .or_else(|| {
+                // The saved tensor is a reshaping view of the in-place op's target (a linear
+                // on a 3-d input saves its 2-d `AsStrided`/`View` of it): the same elements.
+                let view = [
+                    "AsStrided",
+                    "View",
+                    "UnsafeView",
+                    "Reshape",
+                    "Transpose",
+                    "T",
+                    "Permute",
+                ]
+                .iter()
+                .any(|v| node == *v || node.strip_suffix("Backward0") == Some(*v));
+                let numel = |s: &[i64]| s.iter().product::<i64>();
+                (view && !shape.is_empty())
+                    .then(|| {
+                        self.inplace
+                            .iter()
+                            .filter(|e| !e.shape.is_empty() && numel(&e.shape) == numel(&shape))
+                            .find(in_range)
+                    })
+                    .flatten()
             });
         let Some(e) = hit else { return false };
         let node = e.prev_node.clone().unwrap_or(node);

@@ -1146,34 +1146,11 @@ fn is_stateless_layer(value: &Expr) -> bool {
     };
     let Some(name) = name else { return false };
     let last = name.rsplit('.').next().unwrap_or(&name);
-    const STATELESS: &[&str] = &[
-        "Identity",
-        "Flatten",
-        "Unflatten",
-        "ReLU",
-        "ReLU6",
-        "GELU",
-        "SiLU",
-        "Mish",
-        "Tanh",
-        "Sigmoid",
-        "Softmax",
-        "LogSoftmax",
-        "Softplus",
-        "LeakyReLU",
-        "ELU",
-        "Hardswish",
-        "Hardsigmoid",
-        "Hardtanh",
-        "Upsample",
-        "PixelShuffle",
-        "PixelUnshuffle",
-        "DropPath",
-        "StochasticDepth",
-    ];
-    STATELESS.contains(&last)
-        || last.contains("Dropout")
-        || last.contains("Pool")
+    crate::rules::PARAMETER_FREE.contains(&last)
+        || matches!(last, "Hardsigmoid" | "PixelUnshuffle" | "DropPath" | "StochasticDepth")
+        // Not `BertPooler` (a dense layer) nor a fused dropout-add-norm.
+        || last.ends_with("Dropout")
+        || ["Pool1d", "Pool2d", "Pool3d"].iter().any(|p| last.ends_with(p))
         || name == "get_activation"
         || name.ends_with("act_layer")
 }

@@ -420,16 +420,11 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         if is_module {
-            let src = &self.ck.source[c.range().start().to_usize()..c.range().end().to_usize()];
-            for attr in attrs.iter().chain(called.out.iter()) {
-                let x = format!("self.{attr}");
-                if src.contains(&format!("{x}.requires_grad_(False)"))
-                    || src.contains(&format!("{x}.parameters():\n"))
-                        && src.contains("requires_grad = False")
-                {
-                    self.frozen.insert(x);
-                }
+            let mut frozen = Frozen(HashSet::new());
+            for st in &c.body {
+                frozen.visit_stmt(st);
             }
+            self.frozen.extend(frozen.0);
             // Submodules built by a factory or a class from another file (`norm_layer(dim)`,
             // `Conv1D(...)`): known by being called. Parameters a torch layer subclass
             // inherits (`class LayerNorm2d(nn.LayerNorm)` reads `self.weight`).
@@ -967,11 +962,16 @@ impl<'a, 'c> Flow<'a, 'c> {
                         .map(|k| &k.value)
                 });
                 let wrt_params = inputs.is_none_or(|i| {
-                    let r = i.range();
-                    let text = &self.ck.source[r.start().to_usize()..r.end().to_usize()];
-                    text.contains("parameters")
-                        || text.contains("params")
-                        || dotted(i).is_some_and(|n| self.optimized.contains(&n))
+                    // `model.parameters()`, `list(net.parameters())`, `params`, `self.weights`
+                    // given to an optimizer.
+                    let mut names = Dotted(Vec::new());
+                    names.visit_expr(i);
+                    names.0.iter().any(|n| {
+                        let last = n.rsplit('.').next().unwrap_or(n);
+                        matches!(last, "parameters" | "named_parameters")
+                            || last.contains("param")
+                            || self.optimized.contains(n)
+                    })
                 });
                 if name == "torch.autograd.backward" || wrt_params {
                     self.backwards.push(d.clone());
@@ -1116,6 +1116,49 @@ fn param_names(p: &Parameters) -> Vec<String> {
 }
 
 /// `self.X = <module or parameter>` anywhere in a method body.
+/// Submodules a class freezes itself: `self.X.requires_grad_(False)`, or a loop over
+/// `self.X.parameters()` that sets `requires_grad = False`.
+struct Frozen(HashSet<String>);
+
+impl<'a> Visitor<'a> for Frozen {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        if let Stmt::For(f) = s {
+            let over = match f.iter.as_ref() {
+                Expr::Call(c) => match c.func.as_ref() {
+                    Expr::Attribute(a) if a.attr.id.as_str() == "parameters" => dotted(&a.value),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let clears = f.body.iter().any(|b| {
+                matches!(b, Stmt::Assign(a) if matches!(a.value.as_ref(), Expr::BooleanLiteral(v) if !v.value)
+                    && a.targets.iter().any(|t| matches!(t, Expr::Attribute(at) if at.attr.id.as_str() == "requires_grad")))
+            });
+            if let (Some(x), true) = (over, clears) {
+                if x.starts_with("self.") {
+                    self.0.insert(x);
+                }
+            }
+        }
+        visitor::walk_stmt(self, s);
+    }
+
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if a.attr.id.as_str() == "requires_grad_"
+                    && matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value)
+                {
+                    if let Some(x) = dotted(&a.value).filter(|x| x.starts_with("self.")) {
+                        self.0.insert(x);
+                    }
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
 /// `self.X(...)` calls of a class's methods where `X` is not a method.
 struct Called<'m> {
     methods: &'m HashSet<String>,

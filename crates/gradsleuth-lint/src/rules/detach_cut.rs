@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn a_submodule_the_class_freezes_itself_is_fine() {
         // ESMFold: the language model is frozen in `__init__`, its features detached.
-        let src = "import torch.nn as nn\nfrom .esm import EsmModel\n\nclass Fold(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.esm = EsmModel(config)\n        self.esm.requires_grad_(False)\n        self.trunk = nn.Linear(4, 4)\n\n    def forward(self, x):\n        feats = self.esm(x).detach()\n        return self.trunk(feats)\n";
+        let src = "import torch.nn as nn\nfrom .esm import EsmModel\n\nclass Fold(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.esm = EsmModel(config)\n        self.esm.requires_grad_(False)\n        self.trunk = nn.Linear(4, 4)\n\n    def forward(self, x):\n        feats = self.esm(x).detach()\n        return self.trunk(feats)\n\nclass Probe(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.backbone = EsmModel(config)\n        for p in self.backbone.parameters():\n            p.requires_grad = False\n        self.head = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.head(self.backbone(x).detach())\n";
         assert!(codes(src).is_empty());
     }
 }

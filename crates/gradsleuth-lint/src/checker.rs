@@ -114,6 +114,25 @@ pub fn dotted_calls(e: &Expr) -> Vec<String> {
     c.0
 }
 
+/// [`dotted_calls`] over statements.
+fn dotted_calls_in(body: &[Stmt]) -> Vec<String> {
+    struct All(Vec<String>);
+    impl<'a> Visitor<'a> for All {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if matches!(e, Expr::Call(_)) {
+                self.0.extend(dotted_calls(e));
+                return;
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut a = All(Vec::new());
+    for s in body {
+        a.visit_stmt(s);
+    }
+    a.0
+}
+
 /// `torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)` (called or
 /// not, as a context manager or a decorator).
 pub fn disables_grad(expr: &Expr) -> bool {
@@ -288,10 +307,15 @@ impl<'a> Checker<'a> {
                             crate::flow::collect_self_modules(self, &f.body, &mut attrs);
                         }
                     }
-                    let src =
-                        &self.source[c.range().start().to_usize()..c.range().end().to_usize()];
-                    if attrs.is_empty() && !src.contains("Parameter") && !src.contains("register_")
-                    {
+                    // Nor a parameter registered by call (`self.register_parameter(...)`,
+                    // `self.add_module(...)`, a `Parameter` built anywhere in it).
+                    let registers = dotted_calls_in(&c.body).iter().any(|n| {
+                        matches!(
+                            n.rsplit('.').next().unwrap_or(n),
+                            "register_parameter" | "register_module" | "add_module" | "Parameter"
+                        )
+                    });
+                    if attrs.is_empty() && !registers {
                         self.param_free_classes.insert(c.name.id.to_string());
                     }
                 }

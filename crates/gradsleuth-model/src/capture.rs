@@ -562,6 +562,10 @@ pub struct ScalerStepRec {
     pub location: Option<Location>,
 }
 
+/// The `op` of a cut that is a tensor made from data under `inference_mode` and refused by an
+/// op that autograd records: no parameter is cut off, the step fails in forward.
+pub const INFERENCE_DATA_OP: &str = "inference tensor";
+
 /// Where the op-level capture saw a parameter's influence stop reaching the loss: the cut
 /// (an op whose inputs need grad and whose outputs do not) that the loss depends on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -146,6 +146,10 @@ pub struct OpLog<K, N> {
     /// Address -> (cuts it depends on, the object's keeper). Addresses are reused once an
     /// object dies, so an entry counts only while its keeper says it is the same object.
     taint: FxHashMap<usize, (Vec<u32>, K)>,
+    /// Tensors made from data alone while recording was off: address -> (the block that
+    /// turned it off, keeper). Under `inference_mode` these are inference tensors; the op that
+    /// later refuses one is told where it was made.
+    off_made: FxHashMap<usize, (Site, K)>,
     values: FxHashMap<usize, (Vec<u32>, K)>,
     cuts: Vec<Cut<N>>,
     grad_off: Vec<Site>,
@@ -191,6 +195,7 @@ impl<K, N> OpLog<K, N> {
             module_timeline: Vec::new(),
             funcs: Default::default(),
             taint: Default::default(),
+            off_made: Default::default(),
             values: Default::default(),
             cuts: Vec::new(),
             grad_off: Vec::new(),
@@ -227,6 +232,7 @@ impl<K, N> OpLog<K, N> {
     pub fn clear(&mut self) {
         self.cuts.clear();
         self.funcs.clear();
+        self.off_made.clear();
         self.consumers.clear();
         self.taint.clear();
         self.values.clear();
@@ -437,6 +443,23 @@ impl<K, N> OpLog<K, N> {
         for o in &outputs {
             if h.requires_grad(o)? {
                 out_needs_grad = true;
+            }
+        }
+        if needs_grad.is_empty()
+            && !outputs.is_empty()
+            && self.off_made.len() < 4096
+            && !h.grad_enabled()?
+        {
+            // The block that turned recording off (`inference_mode` is no grad-mode op the
+            // log sees: then the op's own line, inside the block).
+            let block = match self.grad_off.last() {
+                Some(b) => Some(b.clone()),
+                None => h.stack(1).into_iter().next(),
+            };
+            if let Some(block) = block {
+                for o in &outputs {
+                    self.off_made.insert(h.addr(o), (block.clone(), h.keep(o)));
+                }
             }
         }
         let mut site: Option<Option<Site>> = None;
@@ -806,7 +829,10 @@ impl<K, N> OpLog<K, N> {
             }
             // A gradient term without create_graph adds nothing to the gradient even when
             // every parameter still learns through the rest of the loss.
-            if params.is_empty() && cut.kind != Category::CreateGraph {
+            if params.is_empty()
+                && cut.kind != Category::CreateGraph
+                && &*cut.op != gradsleuth_model::capture::INFERENCE_DATA_OP
+            {
                 continue;
             }
             // Names are final only at the end of the run: the analysis puts the parameter
@@ -1028,12 +1054,41 @@ impl<K, N> OpLog<K, N> {
             for a in inputs {
                 Self::tensors(h, a, &mut tensors);
             }
+            let before = self.loss_taint.len();
             for t in &tensors {
                 if let Some((ts, keeper)) = self.taint.get(&h.addr(t)) {
                     if h.holds(keeper, t) {
                         let ts = ts.clone();
                         union(&mut self.loss_taint, &ts);
                     }
+                }
+            }
+            // No parameter feeds the refused tensor (ids, a mask, data made under the block):
+            // the block that made it is the cause, told on its own.
+            if self.loss_taint.len() == before {
+                let made = tensors.iter().find_map(|t| {
+                    self.off_made
+                        .get(&h.addr(t))
+                        .filter(|(_, k)| h.holds(k, t))
+                        .map(|(s, _)| s.clone())
+                });
+                if let Some(block) = made {
+                    let related = h
+                        .stack(1)
+                        .into_iter()
+                        .map(|s| (s, "refused here: autograd would save it"))
+                        .collect();
+                    let id = self.cuts.len() as u32;
+                    self.cuts.push(Cut {
+                        kind: Category::NoGrad,
+                        op: Arc::from(gradsleuth_model::capture::INFERENCE_DATA_OP),
+                        site: Some(block),
+                        related,
+                        nodes: Vec::new(),
+                        leaves: Vec::new(),
+                        soft: false,
+                    });
+                    union(&mut self.loss_taint, &[id]);
                 }
             }
             return;

@@ -159,8 +159,10 @@ pub struct OpLog<K, N> {
     construct_site: FxHashMap<usize, (Site, Vec<u32>)>,
     inplace: Vec<Inplace>,
     loss_taint: Vec<u32>,
-    /// Cut -> addresses of parameters an op used directly on a value the cut tainted.
-    consumers: FxHashMap<u32, Vec<usize>>,
+    /// Cut -> addresses of the inputs needing grad of ops that used a value the cut tainted.
+    /// Only parameters matter (resolve keeps the addresses it knows as parameters; a live
+    /// parameter's address is never another object's), so no node is read to tell leaves.
+    consumers: FxHashMap<u32, FxHashSet<usize>>,
     loss_rewraps: Vec<(Option<Site>, Vec<u32>)>,
     step: u32,
     /// Ops recorded.
@@ -421,13 +423,11 @@ impl<K, N> OpLog<K, N> {
             // cast can leave them a constant input (`.long()` of small activations is all
             // zeros), and so an exactly zero gradient that the cut explains.
             for t in &needs_grad {
-                if h.grad_fn(t)?.is_none() {
-                    let a = h.addr(t);
-                    for &c in &taint {
-                        let v = self.consumers.entry(c).or_default();
-                        if v.len() < 1024 && !v.contains(&a) {
-                            v.push(a);
-                        }
+                let a = h.addr(t);
+                for &c in &taint {
+                    let v = self.consumers.entry(c).or_default();
+                    if v.len() < 65_536 {
+                        v.insert(a);
                     }
                 }
             }

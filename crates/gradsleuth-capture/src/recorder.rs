@@ -629,6 +629,15 @@ impl Recorder {
         self.capture.weight_changes.extend(changes);
     }
 
+    /// Parameters whose values are all zero at the end of observation.
+    pub fn zero_valued(&mut self, keys: Vec<u64>) {
+        for k in keys {
+            if !self.capture.zero_valued.contains(&k) {
+                self.capture.zero_valued.push(k);
+            }
+        }
+    }
+
     pub fn zero_grad(&mut self, target: ZeroGradTarget, key: u64, site: &At) {
         let seq = self.next_seq();
         let location = self.loc(site);

@@ -669,6 +669,11 @@ pub struct Capture {
     /// can leave a float32 norm unchanged in a single step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weight_changes: Vec<(u64, bool)>,
+    /// Parameters whose values were all zero at the end of observation (a zero-initialised
+    /// layer that never changed): a product with them gives every path behind it a zero
+    /// gradient.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_valued: Vec<u64>,
     /// Op-level: cuts between parameters and the loss, with their lines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cuts: Vec<CutRec>,
@@ -740,6 +745,7 @@ impl Default for Capture {
             scaler_steps: Vec::new(),
             root_calls: 0,
             weight_changes: Vec::new(),
+            zero_valued: Vec::new(),
             cuts: Vec::new(),
             inplace: Vec::new(),
             error: None,

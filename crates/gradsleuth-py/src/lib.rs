@@ -406,6 +406,11 @@ impl Recorder {
         self.inner.weight_changes(changes);
     }
 
+    /// Parameters whose values are all zero at the end of observation.
+    fn zero_valued(&mut self, keys: Vec<u64>) {
+        self.inner.zero_valued(keys);
+    }
+
     fn zero_grad(&mut self, target: &str, key: u64, site: Loc3) -> PyResult<()> {
         self.inner
             .zero_grad(closed("zero_grad target", target)?, key, &at(site));

@@ -2,6 +2,7 @@
 
 use gradsleuth_model::{Finding, Severity};
 
+use super::zero_behind::starved_by;
 use super::{
     group_by_module, module_assignment, module_name, name_list, plural, trainable_params, Check,
 };
@@ -61,7 +62,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let loc = modules.first().and_then(|m| module_assignment(ctx, m));
         // The line that froze them, when the run saw it: where the fix belongs.
         let froze = freeze_site(ctx, &keys);
+        let starved = starved_by(ctx, &keys);
         ctx.claim(keys.iter().copied());
+        let also = starved.sentence(ctx);
+        let mut names = names;
+        names.extend(super::names(ctx, &starved.params));
         let finding = if is_held {
             let opt = ctx
                 .facts
@@ -83,7 +88,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 ),
             };
             let mut f = CHECK.finding(Severity::Warning,
-                format!("{what} {are} frozen (requires_grad=False) but the optimizer still holds them: it will never update them."),
+                format!("{what} {are} frozen (requires_grad=False) but the optimizer still holds them: it will never update them.{also}"),
             )
             .at(at);
             for (l, m) in related {
@@ -98,6 +103,15 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .at(froze.clone().or(loc.clone()))
             .related(if froze.is_some() { loc.clone() } else { None }, "the first frozen module")
             .fix("Unfreeze the parameters that should train: `for p in model.head.parameters(): p.requires_grad_(True)`.")
+        } else if !also.is_empty() {
+            // Deliberate or not, the freeze stops other layers learning.
+            CHECK
+                .finding(
+                    Severity::Warning,
+                    format!("{what} {are} frozen and left out of the optimizer.{also}"),
+                )
+                .at(froze.or(loc))
+                .fix("Unfreeze the zero-initialised layer (or initialise it with non-zero weights) if the layers before it should train.")
         } else {
             CHECK
                 .finding(

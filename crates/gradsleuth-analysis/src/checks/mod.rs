@@ -27,6 +27,7 @@ pub mod unexplained;
 pub mod unregistered;
 pub mod unused;
 pub mod watch;
+pub mod zero_behind;
 pub mod zero_grad_order;
 
 /// A runtime check: its code (its name, category and documentation are the rule registry's,

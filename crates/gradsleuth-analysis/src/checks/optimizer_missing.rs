@@ -2,6 +2,7 @@
 
 use gradsleuth_model::{Finding, Severity};
 
+use super::zero_behind::starved_by;
 use super::{group_by_module, module_name, plural, trainable_params, Check};
 use crate::Context;
 
@@ -40,8 +41,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
         Some((o, loc))
     });
     if let Some((o, at)) = filter {
-        let names = super::names(ctx, &missing);
+        let starved = starved_by(ctx, &missing);
+        let mut names = super::names(ctx, &missing);
         ctx.claim(missing.iter().copied());
+        let also = starved.sentence(ctx);
+        names.extend(super::names(ctx, &starved.params));
         let modules: Vec<String> = groups
             .iter()
             .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
@@ -52,13 +56,13 @@ fn run(ctx: &Context) -> Vec<Finding> {
             1..=4 => format!(" of {}", modules.join(", ")),
             n => format!(" of {n} modules ({}, …)", modules[..3].join(", ")),
         };
-        let (gets, it, it_is) = agreement(names.len());
+        let (gets, it, it_is) = agreement(missing.len());
         return vec![CHECK
             .finding(
                 Severity::Error,
                 format!(
-                    "{}{within} {gets} gradients but no optimizer holds {it}: the filter that chose `{}`'s parameters leaves {it} out, so {it_is} never updated.",
-                    plural(names.len(), "parameter"),
+                    "{}{within} {gets} gradients but no optimizer holds {it}: the filter that chose `{}`'s parameters leaves {it} out, so {it_is} never updated.{also}",
+                    plural(missing.len(), "parameter"),
                     o.class,
                 ),
             )
@@ -82,7 +86,8 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .unwrap_or_else(|| ("optimizer".into(), "model".into()));
     let mut out = Vec::new();
     for g in groups {
-        let names = super::names(ctx, &g.keys);
+        let starved = starved_by(ctx, &g.keys);
+        let mut names = super::names(ctx, &g.keys);
         let module = g.module.and_then(|m| ctx.capture.module(m));
         let what = match module {
             Some(m) => format!(
@@ -104,12 +109,12 @@ fn run(ctx: &Context) -> Vec<Finding> {
             ),
         };
         ctx.claim(g.keys.iter().copied());
+        let (gets, it, it_is) = agreement(names.len());
+        let also = starved.sentence(ctx);
+        names.extend(super::names(ctx, &starved.params));
         out.push(
             CHECK.finding(Severity::Error,
-                {
-                    let (gets, it, it_is) = agreement(names.len());
-                    format!("{what} {gets} gradients but no optimizer holds {it}, so {it_is} never updated.")
-                },
+                format!("{what} {gets} gradients but no optimizer holds {it}, so {it_is} never updated.{also}"),
             )
             .params(names)
             .at(ctx.locate(opt.created_at.as_ref()))

@@ -29,7 +29,40 @@ pub struct FuncInfo {
     pub name: Arc<str>,
     pub kind: Kind,
     pub inplace: bool,
+    /// The output is a product of its inputs (`mul`, `matmul`, `linear`, a convolution,
+    /// attention): an all-zero input makes the gradient of every other input zero.
+    pub product: bool,
 }
+
+/// Ops whose output multiplies its inputs (see [`FuncInfo::product`]).
+pub const PRODUCT: &[&str] = &[
+    "mul",
+    "mul_",
+    "rmul",
+    "imul",
+    "multiply",
+    "matmul",
+    "rmatmul",
+    "mm",
+    "bmm",
+    "baddbmm",
+    "addmm",
+    "addbmm",
+    "mv",
+    "dot",
+    "outer",
+    "einsum",
+    "tensordot",
+    "linear",
+    "bilinear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "scaled_dot_product_attention",
+];
 
 /// Ops whose output has no useful gradient: argmax-like, rounding, comparisons, integer and
 /// bool casts, index-producing ops.
@@ -127,6 +160,7 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
         name: name.into(),
         kind,
         inplace,
+        product: PRODUCT.contains(&base),
     }
 }
 
@@ -148,6 +182,10 @@ mod tests {
         let c = classify("_VariableFunctionsClass.argmax", None);
         assert_eq!((&*c.name, c.kind), ("torch.argmax", Kind::NonDiff));
         assert!(classify("TensorBase.add_", None).inplace);
+        assert!(classify("TensorBase.__rmul__", None).product);
+        assert!(classify("_VariableFunctionsClass.matmul", None).product);
+        assert!(classify("scaled_dot_product_attention", None).product);
+        assert!(!classify("TensorBase.add", None).product);
         assert!(classify("TensorBase.__iadd__", None).inplace);
         assert!(!classify("TensorBase.requires_grad_", None).inplace);
         assert_eq!(classify("grad", None).kind, Kind::AutogradGrad);

@@ -118,6 +118,9 @@ struct Cut<N> {
     nodes: Vec<N>,
     /// Addresses of leaf inputs that needed grad (parameters used directly).
     leaves: Vec<usize>,
+    /// Autograd nodes of values multiplied with the cut's constant output (`q.long() @ k`):
+    /// when that constant is zero, their gradient is exactly zero too.
+    siblings: Vec<N>,
 }
 
 struct Inplace {
@@ -367,6 +370,7 @@ impl<K, N> OpLog<K, N> {
             related,
             nodes,
             leaves,
+            siblings: Vec::new(),
             soft,
         });
         Ok(id)
@@ -390,6 +394,7 @@ impl<K, N> OpLog<K, N> {
             name,
             kind,
             mut inplace,
+            product,
         } = self.func_info(h, &call.func);
         inplace |= call.inplace_kwarg;
         let first = call.args.first();
@@ -407,15 +412,37 @@ impl<K, N> OpLog<K, N> {
             Self::tensors(h, a, &mut inputs);
         }
         let mut taint: Vec<u32> = Vec::new();
+        // Cuts behind the inputs that are constants (need no grad) of a product.
+        let mut constant: Vec<u32> = Vec::new();
         let mut needs_grad: Vec<H::Value> = Vec::new();
         for t in &inputs {
+            let requires = h.requires_grad(t)?;
             if let Some((ts, keeper)) = self.taint.get(&h.addr(t)) {
                 if h.holds(keeper, t) {
                     union(&mut taint, ts);
+                    if product && !requires {
+                        union(&mut constant, ts);
+                    }
                 }
             }
-            if h.requires_grad(t)? {
+            if requires {
                 needs_grad.push(t.clone());
+            }
+        }
+        // A value a non-differentiable op made constant, multiplied with values that need
+        // grad (`q.long()` in `q @ k.T`): when it is all zero, so is their gradient. Their
+        // nodes are kept for the cut (leaves are among its consumers below). Rare: only
+        // after such a cut, and never more than a few nodes per cut.
+        let sibling_cut = constant.iter().copied().find(|c| {
+            self.cuts.get(*c as usize).is_some_and(|cut| {
+                cut.kind == Category::NonDifferentiable && cut.siblings.len() < 16
+            })
+        });
+        if let Some(c) = sibling_cut {
+            for t in &needs_grad {
+                if let Some(n) = h.grad_fn(t)? {
+                    self.cuts[c as usize].siblings.push(n);
+                }
             }
         }
         if !taint.is_empty() {
@@ -819,8 +846,22 @@ impl<K, N> OpLog<K, N> {
             // Downstream of a non-differentiable op: parameters whose input it made constant
             // (their gradient exactly zero) are lost to it too.
             if cut.kind == Category::NonDifferentiable {
-                for a in self.consumers.get(&id).into_iter().flatten() {
-                    if let Some(k) = zero.get(a) {
+                let mut lost: Vec<u64> = self
+                    .consumers
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .map(|a| *a as u64)
+                    .collect();
+                // And those behind a value multiplied with its (zero) output.
+                if !cut.siblings.is_empty() {
+                    let roots: Vec<H::Node> = cut.siblings.iter().map(|n| h.node(n)).collect();
+                    if let Ok(w) = walk_graph(h, roots, 5_000_000) {
+                        lost.extend(w.leaves);
+                    }
+                }
+                for a in lost {
+                    if let Some(k) = zero.get(&(a as usize)) {
                         if !params.contains(k) {
                             params.push(*k);
                         }
@@ -1086,6 +1127,7 @@ impl<K, N> OpLog<K, N> {
                         related,
                         nodes: Vec::new(),
                         leaves: Vec::new(),
+                        siblings: Vec::new(),
                         soft: false,
                     });
                     union(&mut self.loss_taint, &[id]);

@@ -293,6 +293,9 @@ class Tracer:
         def __enter__(ctx, *args, **kwargs):
             if tracer.active and getattr(ctx, "mode", True):
                 tracer._inference_site = site_of(sys._getframe(1))
+                tracer.rec.inference_entered(tracer._inference_site)
+                if tracer._oplog is not None:
+                    tracer._oplog.inference_entered()
             return original(ctx, *args, **kwargs)
 
         return __enter__

@@ -90,6 +90,10 @@ pub struct Recorder {
     orphan_prefixes: HashMap<u64, String>,
     /// Where each tensor's `requires_grad` was set to False (tensors not recorded yet included).
     frozen: HashMap<u64, Location>,
+    /// The user's line that last entered `torch.inference_mode()` while observing: the block
+    /// an inference tensor refused later was most likely made in, when the op log did not see
+    /// it made (before the op-level window opened).
+    pub inference_block: Option<Site>,
 }
 
 impl Recorder {
@@ -108,6 +112,7 @@ impl Recorder {
             tensors: HashMap::new(),
             optimizers: HashMap::new(),
             frozen: HashMap::new(),
+            inference_block: None,
             current_backward: None,
             source: SourceCache::new(),
             cwd: std::env::current_dir().ok(),
@@ -627,6 +632,14 @@ impl Recorder {
     /// observation (exact: float64 norms).
     pub fn weight_changes(&mut self, changes: Vec<(u64, bool)>) {
         self.capture.weight_changes.extend(changes);
+    }
+
+    /// `torch.inference_mode()` was entered at `site` (the user's line).
+    pub fn inference_entered(&mut self, site: &At) {
+        if let (Some(file), Some(line)) = (&site.file, site.line) {
+            let function = site.function.as_deref().unwrap_or("");
+            self.inference_block = Some(Site::new(file, line, function));
+        }
     }
 
     /// Parameters whose values are all zero at the end of observation.

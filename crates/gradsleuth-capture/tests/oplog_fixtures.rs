@@ -288,6 +288,12 @@ struct Step {
     backward: Option<String>,
     /// Backward raised this message.
     backward_error: Option<String>,
+    /// The user's code entered `torch.inference_mode()` at `at`: `"before_window"` (seen by
+    /// the tracer only: the op-level window was not open yet) or `"in_window"` (the log is
+    /// told too).
+    inference_entered: Option<String>,
+    /// Recording turns on/off without an op the log sees (`inference_mode`'s C++ guard).
+    grad_mode: Option<bool>,
     /// The running module changes (`null`: no module).
     #[serde(deserialize_with = "present")]
     module: Option<Option<u64>>,
@@ -387,6 +393,16 @@ fn run_fixture(path: &Path) -> Value {
         }
         if let Some(msg) = &step.backward_error {
             log.explain_error(&mut recorder, msg);
+        }
+        if let Some(on) = step.grad_mode {
+            w.grad_enabled = on;
+        }
+        if let Some(when) = &step.inference_entered {
+            let site = w.stack.first().cloned().unwrap();
+            recorder.inference_entered(&(&site).into());
+            if when == "in_window" {
+                log.inference_entered(&mut Fake(&mut w));
+            }
         }
         if let Some(g) = &step.graph {
             let loss = names[g];

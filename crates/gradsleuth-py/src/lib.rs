@@ -406,6 +406,11 @@ impl Recorder {
         self.inner.weight_changes(changes);
     }
 
+    /// `torch.inference_mode()` was entered at `site` (the user's line).
+    fn inference_entered(&mut self, site: Loc3) {
+        self.inner.inference_entered(&at(site));
+    }
+
     /// Parameters whose values are all zero at the end of observation.
     fn zero_valued(&mut self, keys: Vec<u64>) {
         self.inner.zero_valued(keys);

@@ -311,6 +311,12 @@ impl OpLog {
         log.op(&mut host, &call);
     }
 
+    /// The user's code entered `torch.inference_mode()` (its caller is the user's line).
+    fn inference_entered(&mut self, py: Python<'_>) {
+        let (log, mut host) = self.split(py);
+        log.inference_entered(&mut host);
+    }
+
     /// The grad mode when capture starts (a step that begins inside `no_grad`).
     fn grad_disabled_at_start(&mut self, py: Python<'_>) {
         let (log, mut host) = self.split(py);

@@ -167,6 +167,9 @@ pub struct OpLog<K, N> {
     /// parameter's address is never another object's), so no node is read to tell leaves.
     consumers: FxHashMap<u32, FxHashSet<usize>>,
     loss_rewraps: Vec<(Option<Site>, Vec<u32>)>,
+    /// Where the user's code last entered `torch.inference_mode()` during the step (the log
+    /// sees no grad-mode op for it).
+    inference_block: Option<Site>,
     step: u32,
     /// Ops recorded.
     pub ops: u64,
@@ -212,6 +215,7 @@ impl<K, N> OpLog<K, N> {
             loss_taint: Vec::new(),
             consumers: Default::default(),
             loss_rewraps: Vec::new(),
+            inference_block: None,
             step,
             ops: 0,
             errors: 0,
@@ -274,6 +278,13 @@ impl<K, N> OpLog<K, N> {
                 _ if len < 1_000_000 => self.module_timeline.push((seq, key)),
                 _ => {}
             }
+        }
+    }
+
+    /// The user's code entered `torch.inference_mode()` (told by the tracer: it is no op).
+    pub fn inference_entered<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H) {
+        if let Some(s) = h.stack(1).into_iter().next() {
+            self.inference_block = Some(s);
         }
     }
 
@@ -516,8 +527,16 @@ impl<K, N> OpLog<K, N> {
                 Kind::Construct => Category::Rewrap,
                 Kind::AutogradGrad => Category::CreateGraph,
                 _ if !grad_enabled => {
-                    if let Some(s) = self.grad_off.last() {
-                        related.push((s.clone(), "gradient recording disabled here"));
+                    match (self.grad_off.last(), &self.inference_block) {
+                        (Some(s), _) => {
+                            related.push((s.clone(), "gradient recording disabled here"))
+                        }
+                        // Off with no grad-mode op seen: an `inference_mode` block.
+                        (None, Some(s)) => related.push((
+                            s.clone(),
+                            "gradient recording disabled here (`inference_mode`)",
+                        )),
+                        _ => {}
                     }
                     // The callers too: the `with` block or decorator may be a few calls up.
                     for s in h.stack(4).into_iter().skip(1) {
@@ -1107,12 +1126,20 @@ impl<K, N> OpLog<K, N> {
             // No parameter feeds the refused tensor (ids, a mask, data made under the block):
             // the block that made it is the cause, told on its own.
             if self.loss_taint.len() == before {
-                let made = tensors.iter().find_map(|t| {
-                    self.off_made
-                        .get(&h.addr(t))
-                        .filter(|(_, k)| h.holds(k, t))
-                        .map(|(s, _)| s.clone())
-                });
+                // Made where the log saw it, or else (made before the op-level window
+                // opened) in the last `inference_mode` block the user's code entered: the
+                // error proves an input is an inference tensor, and only such a block makes
+                // one.
+                let made = tensors
+                    .iter()
+                    .find_map(|t| {
+                        self.off_made
+                            .get(&h.addr(t))
+                            .filter(|(_, k)| h.holds(k, t))
+                            .map(|(s, _)| s.clone())
+                    })
+                    .or_else(|| self.inference_block.clone())
+                    .or_else(|| recorder.inference_block.clone());
                 if let Some(block) = made {
                     let related = h
                         .stack(1)

@@ -315,10 +315,12 @@ def truth(mfolder: Path, origs) -> dict:
         return {"status": "broken", "why": "the oracle's run did not finish"}
     base = json.loads((origs[meta["subject"]] / "oracle.json").read_text())
     err = res.get("error")
+    # Parameters that learn in the original and not in the mutant, and parameters only the
+    # mutant has (a replacement layer) that do not learn.
     lost = sorted(
         n
         for n, s in res["params"].items()
-        if s != "ok" and base["params"].get(n) == "ok"
+        if s != "ok" and base["params"].get(n, "ok") == "ok"
     )
     # Parameters that do not learn in the original either (a numerically stale weight under
     # a tiny layer scale, a bias a fitted derivative ignores): naming them too is not wrong.

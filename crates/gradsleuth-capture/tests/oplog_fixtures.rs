@@ -294,6 +294,9 @@ struct Step {
     inference_entered: Option<String>,
     /// Recording turns on/off without an op the log sees (`inference_mode`'s C++ guard).
     grad_mode: Option<bool>,
+    /// The output's node depends on these names' nodes instead of its inputs' (the
+    /// derivative `autograd.grad(..., create_graph=True)` returns depends on what it does).
+    deps: Option<Vec<String>>,
     /// The running module changes (`null`: no module).
     #[serde(deserialize_with = "present")]
     module: Option<Option<u64>>,
@@ -452,6 +455,10 @@ fn run_fixture(path: &Path) -> Value {
             .copied()
             .filter(|a| matches!(w.obj(*a), Obj::Tensor { .. }))
             .collect();
+        let node_inputs: Vec<usize> = match &step.deps {
+            Some(d) => d.iter().map(|n| names[n]).collect(),
+            None => tensor_inputs.clone(),
+        };
         let any_grad = tensor_inputs.iter().any(|a| {
             matches!(
                 w.obj(*a),
@@ -466,7 +473,7 @@ fn run_fixture(path: &Path) -> Value {
         let node_name = step.node.clone().unwrap_or_else(|| short_node(op));
         let make_tensor = |w: &mut World, at: Option<usize>| {
             let node = if grad && !step.leaf {
-                let children: Vec<u32> = tensor_inputs.iter().filter_map(|a| w.edge(*a)).collect();
+                let children: Vec<u32> = node_inputs.iter().filter_map(|a| w.edge(*a)).collect();
                 Some(w.new_node(node_name.clone(), children, None))
             } else {
                 None

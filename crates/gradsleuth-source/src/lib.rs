@@ -159,7 +159,17 @@ impl SourceCache {
         class_first: u32,
         attr: &str,
     ) -> Option<Location> {
-        let line = self.find_in_block(file, class_first, |l| assigns_attr(l, attr))?;
+        // `self.x = None` in one branch is a placeholder, not where the tensor comes from
+        // (`if not pos_embed: self.pos_embed = None / else: register_buffer(...)`).
+        let placeholder = |l: &str| {
+            let l = strip_comment(l).trim_end();
+            l.ends_with("= None") || l.ends_with("=None")
+        };
+        let line = self
+            .find_in_block(file, class_first, |l| {
+                assigns_attr(l, attr) && !placeholder(l)
+            })
+            .or_else(|| self.find_in_block(file, class_first, |l| assigns_attr(l, attr)))?;
         Some(self.location(file, line))
     }
 
@@ -722,6 +732,15 @@ mod tests {
         assert!(c.attribute_assignment(&p, 3, "head").is_none());
         let loc = c.attribute_assignment(&p, 3, "heads_count").unwrap();
         assert_eq!((loc.line, loc.column), (7, Some(9)));
+    }
+
+    #[test]
+    fn a_none_placeholder_is_not_where_the_tensor_is_assigned() {
+        let (_d, p) = file("class M(nn.Module):\n    def __init__(self, pos):\n        if not pos:\n            self.pos_embed = None  # none\n        else:\n            self.register_buffer(\"pos_embed\", nn.Parameter(torch.zeros(4)))\n        self.cls = None\n");
+        let mut c = SourceCache::new();
+        assert_eq!(c.attribute_assignment(&p, 1, "pos_embed").unwrap().line, 6);
+        // Only a placeholder: that line, rather than nothing.
+        assert_eq!(c.attribute_assignment(&p, 1, "cls").unwrap().line, 7);
     }
 
     #[test]

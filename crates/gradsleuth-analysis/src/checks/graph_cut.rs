@@ -173,8 +173,11 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             .filter(|k| !ctx.is_claimed_before_cuts(*k))
             .filter(|k| {
                 ctx.facts.get(*k).is_some_and(|f| {
-                    let never =
-                        !f.learns() && (!f.reached() || (zero_kind(cut.kind) && !f.grad_nonzero()));
+                    // A zero-gradient cut explains exactly zero gradients, and gradients too
+                    // small to change the weight (it made the features nearly constant).
+                    let never = !f.learns()
+                        && (!f.reached()
+                            || (zero_kind(cut.kind) && (!f.grad_nonzero() || f.negligible_grad())));
                     // Cut in a later step: it learned before, then lost its gradient.
                     let later = cut.step > 1
                         && f.grad_norms

@@ -865,13 +865,27 @@ impl<K, N> OpLog<K, N> {
             // Downstream of a non-differentiable op: parameters whose input it made constant
             // (their gradient exactly zero) are lost to it too.
             if cut.kind == Category::NonDifferentiable {
-                let mut lost: Vec<u64> = self
+                let consumers: Vec<usize> = self
                     .consumers
                     .get(&id)
                     .into_iter()
                     .flatten()
-                    .map(|a| *a as u64)
+                    .copied()
                     .collect();
+                // A parameter used directly on a rounded value (`round(y) * scale`) gets
+                // `round(y)` as its gradient: reached by no gradient at all, it was lost with
+                // the derivative the loss is made of (`autograd.grad(energy, x,
+                // create_graph=True)`: rounding makes it constant).
+                if cut.soft {
+                    for a in &consumers {
+                        if let Some(k) = unreached.get(a) {
+                            if !params.contains(k) {
+                                params.push(*k);
+                            }
+                        }
+                    }
+                }
+                let mut lost: Vec<u64> = consumers.iter().map(|a| *a as u64).collect();
                 // And those behind a value multiplied with its (zero) output.
                 if !cut.siblings.is_empty() {
                     let roots: Vec<H::Node> = cut.siblings.iter().map(|n| h.node(n)).collect();

@@ -42,6 +42,17 @@ def test_a_backward_nan_is_traced_to_the_op_and_line(tmp_path):
     assert proc.returncode == 1
 
 
+def test_a_nan_born_in_the_loss_function_is_traced_to_its_line(tmp_path):
+    # The model runs three times per step (anchor, positive, negative) and the NaN is born in
+    # the hand-written loss: no re-run of the model can see it, the loss probe does.
+    _, report = _watch("pair_distance_nan.py", tmp_path)
+    f = _only(report, "GS140")
+    assert f["steps"] == [30]
+    assert f["location"]["line"] == 21 and f["location"]["function"] == "contrastive_loss"
+    assert "`SqrtBackward0`, the backward of `torch.sqrt`" in f["message"]
+    assert "in the loss computation outside the model" in f["message"]
+
+
 def test_a_forward_nan_names_the_op_and_its_inputs(tmp_path):
     _, report = _watch("cosine_forward_nan.py", tmp_path)
     f = _only(report, "GS140")
@@ -153,8 +164,10 @@ def test_watch_leaves_training_bit_identical_even_when_it_re_runs_a_step():
     assert torch.equal(rng_plain, rng_watched)
     f = [x for x in report.findings if x["code"] == "GS140"]
     assert f and f[0]["steps"] == [12]
-    # The NaN starts at the sqrt in the loss, outside the model: said so.
-    assert "loss computation made it" in f[0]["message"] or "SqrtBackward0" in f[0]["message"]
+    # The NaN starts at the sqrt in the loss, outside the model: located there all the same.
+    assert "`SqrtBackward0`, the backward of `torch.sqrt`" in f[0]["message"]
+    assert "in the loss computation outside the model" in f[0]["message"]
+    assert "torch.sqrt((out**2)" in f[0]["location"]["snippet"]
 
 
 def test_gan_with_two_optimizers_and_a_scaler_storm():

@@ -285,14 +285,11 @@ def _has_nan(t) -> bool:
     return bool(torch.isnan(t).any())
 
 
-def _count(mask) -> int:
-    return int(mask.sum())
-
-
-def _singular_at(name: str, tensors, inputs) -> str | None:
-    """Why the derivative of `name` is infinite (or 0/0) at these inputs, or None. Which ops
-    have such points and how it is said is Rust's (`gradsleuth_watch::singular`); the inputs
-    that meet the condition are counted here."""
+def _singular_count(name: str, tensors, inputs):
+    """(short name, exponent, count) for an op whose derivative can be infinite (or 0/0) at
+    finite inputs: `count` is how many inputs meet that condition, a 0-d tensor on their
+    device (nothing is read). None for any other op. Which ops have such points is Rust's
+    (`gradsleuth_watch::singular`)."""
     short = name.rsplit(".", 1)[-1]
     x = tensors[0].detach() if tensors and tensors[0].is_floating_point() else None
     if x is None:
@@ -311,8 +308,64 @@ def _singular_at(name: str, tensors, inputs) -> str | None:
         mask = x.abs() == 1
     else:
         mask = (x == 0) & (tensors[1].detach() == 0)
-    n = _count(mask)
+    return short, exponent, torch.count_nonzero(mask)
+
+
+def _singular_at(name: str, tensors, inputs) -> str | None:
+    """Why the derivative of `name` is infinite (or 0/0) at these inputs, or None (worded in
+    Rust: `gradsleuth_watch::singular`)."""
+    found = _singular_count(name, tensors, inputs)
+    if found is None:
+        return None
+    short, exponent, count = found
+    n = int(count)
     return singular_reason(short, exponent, n) if n else None
+
+
+class _LossProbe(TorchFunctionMode):
+    """The loss computation: from a watched model's forward to the backward. It runs outside
+    the model, so a re-run of the model cannot see it; a NaN gradient born there (`sqrt` of a
+    distance that is exactly 0) is found from what this probe keeps of the step. Only ops whose
+    derivative can be infinite at finite inputs are looked at: for each, with its line, how
+    many inputs meet that condition, counted on the device and not read until a NaN asks. Once
+    backward starts it only forwards (`passive`), until the next forward or optimizer step
+    takes it off the mode stack, outside any op."""
+
+    def __init__(self, ops: list):
+        super().__init__()
+        self.ops = ops  # (op, site, node, short, exponent, count), shared by a step's probes
+        self.passive = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.passive:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in ("backward", "grad"):
+            self.passive = True
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if name in _SINGULAR and len(self.ops) < 256:
+            try:
+                outs = [t for t in _flat_tensors(out) if t.grad_fn is not None]
+                found = _singular_count(_op_name(func), _flat_tensors((args, kwargs)), (args, kwargs)) if outs else None
+                if found is not None:
+                    node = type(outs[0].grad_fn).__name__
+                    self.ops.append((_op_name(func), site_of(sys._getframe(1)), node, *found))
+            except Exception:  # noqa: BLE001 - never break the user's loss
+                pass
+        return out
+
+
+
+def _loss_origin(ops):
+    """(op, site, node, why, input stats) of the last singular op a step's loss probes saw
+    (the first to run in backward) whose inputs met its condition, or None."""
+    for op, site, node, short, exponent, count in reversed(ops):
+        n = int(count)
+        if n:
+            return op, site, node, singular_reason(short, exponent, n), []
+    return None
 
 
 class _Found(Exception):
@@ -388,6 +441,9 @@ class Watch:
         self._armed_kinds = set()
         self.closed = False
         self.tracer = None  # the run's tracer, paused during a re-run
+        self._probe = None  # the loss probe on the mode stack (see `_LossProbe`)
+        self._loss_ops: list = []  # what this step's probes saw, kept for a NaN born there
+        self._new_step = True  # the next probe starts a new step's list
 
     # ---- set-up ----------------------------------------------------------------------
     def start(self):
@@ -470,6 +526,7 @@ class Watch:
         if self.closed:
             return
         self.closed = True
+        self._stop_probe()
         if self._deep_tracer is not None and not self._deep_tracer.done:
             self._deep_tracer.finish()
         for h in self._handles:
@@ -545,6 +602,7 @@ class Watch:
     def _pre(self, opt, args, kwargs):
         if self.closed or self._replaying or not self._watched(opt):
             return None
+        self._stop_probe()
         try:
             self._reads.ready()  # what the device has finished since, in step order
             w, params, names = self._watcher_for(opt)
@@ -564,6 +622,7 @@ class Watch:
             self._show_status(w)
         except Exception as e:  # noqa: BLE001 - never break the user's step
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
+        self._new_step = True
         return None
 
     def _grads_read(self, opt, w, params, names, idx, host, late):
@@ -686,6 +745,7 @@ class Watch:
         st = self._state(module)
         if st is None or self._replaying or self.closed:
             return None
+        self._stop_probe()
         if self._armed_by is not None and torch.is_grad_enabled():
             try:
                 self._arm_deep(module, args)
@@ -722,7 +782,38 @@ class Watch:
                 grads[i] = g
 
             t.register_hook(keep)
+        if outs:
+            self._start_probe()
         return None
+
+    def _start_probe(self):
+        """The loss computation starts: probe it (see `_LossProbe`), unless another function
+        mode is active (the probe must come off the stack in the order it went on)."""
+        try:
+            if self._probe is None and torch._C._len_torch_function_stack() == 0:
+                if self._new_step:
+                    self._loss_ops, self._new_step = [], False
+                probe = _LossProbe(self._loss_ops)
+                probe.__enter__()
+                self._probe = probe
+        except Exception:  # noqa: BLE001 - without it a loss-born NaN is told, not located
+            self._probe = None
+
+    def _stop_probe(self):
+        """Takes the probe off the mode stack (called outside any op); if a mode the user
+        entered since sits above it, it stays, only forwarding, and comes off later."""
+        probe = self._probe
+        if probe is None:
+            return
+        probe.passive = True
+        try:
+            from torch.overrides import _get_current_function_mode
+
+            if _get_current_function_mode() is probe:
+                probe.__exit__(None, None, None)
+                self._probe = None
+        except Exception:  # noqa: BLE001
+            pass
 
     # ---- NaN to the line ---------------------------------------------------------------------
     def _localize(self, opt, names, w, nan_params, late_from=None):
@@ -733,6 +824,14 @@ class Watch:
         t0 = time.perf_counter()
         try:
             self._replay(opt, trace, nan_params)
+            if not (trace.get("backward_at") or trace.get("forward_at")):
+                # Nothing in the re-run model made it (the step ran the model several times,
+                # or not at all): a singular op of the step's loss computation, if it met its
+                # condition, did.
+                hit = _loss_origin(self._loss_ops)
+                if hit is not None:
+                    trace["from_loss"] = True
+                    _singular_origin(trace, *hit)
         except Exception as e:  # noqa: BLE001 - a failed re-run must not break training
             trace["notes"].append(f"re-run failed: {type(e).__name__}: {e}")
         self.localize_seconds = time.perf_counter() - t0
@@ -798,8 +897,12 @@ class Watch:
                     (_forward_origin if kind == "forward" else _singular_origin)(trace, *found_at)
                     return
                 if not grads_finite and all(_finite(t) for t in _flat_tensors(out)):
-                    # A finite output got a non-finite gradient: the loss code (outside the model) made it.
+                    # A finite output got a non-finite gradient: the loss code (outside the model)
+                    # made it, at the op the loss probe saw with a singular derivative.
                     trace["from_loss"] = True
+                    hit = _loss_origin(self._loss_ops)
+                    if hit is not None:
+                        _singular_origin(trace, *hit)
                     return
             # Second pass, recording every op: an Inf-only forward, or a NaN born in backward
             # that no op's forward values explain.

@@ -83,7 +83,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
                     });
                 }
             }
-            if t.from_loss {
+            if t.from_loss && f.location.is_some() {
+                msg.push_str(", in the loss computation outside the model (the gradient reaching the model's output is already non-finite)");
+            } else if t.from_loss {
                 msg.push_str(": the gradient reaching the model's output is already non-finite, so the loss computation made it");
             }
             if f.location.is_none() && !t.from_loss {

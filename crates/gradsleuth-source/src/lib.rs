@@ -306,6 +306,41 @@ impl SourceCache {
             .map(|i| i as u32 + 1)
     }
 
+    /// The condition that decides whether `line` runs: a conditional expression on the line
+    /// itself (`aux = self.aux(x) if train else None`), or the nearest `if`/`elif`/`while`/
+    /// `case` header enclosing it in its function (for an `else:`, the `if` it belongs to).
+    /// None when the line runs unconditionally in its function.
+    pub fn branch(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let at = (line as usize)
+            .checked_sub(1)
+            .filter(|i| *i < lines.len())?;
+        let own = strip_comment(&lines[at]);
+        if own.contains(" if ") && own.contains(" else ") {
+            return Some(line);
+        }
+        let starts = |i: usize, heads: &[&str]| {
+            let t = lines[i].trim_start();
+            heads.iter().any(|h| t.starts_with(h))
+        };
+        for i in enclosing(lines, line) {
+            if starts(i, &["def ", "async def ", "class "]) {
+                return None;
+            }
+            if starts(i, &["if ", "elif ", "while ", "case "]) {
+                return Some(i as u32 + 1);
+            }
+            if starts(i, &["else:", "else :"]) {
+                let indent = indentation(&lines[i]);
+                return (0..i)
+                    .rev()
+                    .find(|&j| indentation(&lines[j]) == indent && starts(j, &["if ", "elif "]))
+                    .map(|j| j as u32 + 1);
+            }
+        }
+        None
+    }
+
     /// Whether the value a call at `line` assigns (`out = self.decoder(...)`) is ever read in
     /// its function: [`DeadStore::Overwritten`] when the next mention of the name, at the
     /// call's indentation or less, assigns it anew without reading it (`out = tgt`);
@@ -732,6 +767,17 @@ mod tests {
         assert!(c.attribute_assignment(&p, 3, "head").is_none());
         let loc = c.attribute_assignment(&p, 3, "heads_count").unwrap();
         assert_eq!((loc.line, loc.column), (7, Some(9)));
+    }
+
+    #[test]
+    fn the_branch_that_decides_whether_a_line_runs() {
+        let (_d, p) = file("class M(nn.Module):\n    def forward(self, x, deep=False):\n        s = self.stem(x)\n        if deep:\n            return s, self.aux(s)\n        elif x.ndim > 3:\n            y = 1\n        else:\n            y = self.other(s)\n        z = self.tail(s) if self.training else None\n        return self.head(s)\n");
+        let mut c = SourceCache::new();
+        assert_eq!(c.branch(&p, 5), Some(4));
+        assert_eq!(c.branch(&p, 9), Some(6));
+        assert_eq!(c.branch(&p, 10), Some(10));
+        assert_eq!(c.branch(&p, 11), None);
+        assert_eq!(c.branch(&p, 3), None);
     }
 
     #[test]

@@ -194,12 +194,36 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let names = super::names(ctx, &keys);
         let total = root_runs(ctx, m);
         ctx.claim(keys.iter().copied());
-        out.push(
-            CHECK.finding(Severity::Warning,
+        // Where it is decided: the branch around its call, else the call; the definition
+        // related.
+        let call = ctx.locate(m.first_call.as_ref());
+        let branch = m.first_call.as_ref().and_then(|c| {
+            let line = ctx.source.borrow_mut().branch(&c.file, c.line)?;
+            let loc = ctx.source.borrow_mut().location(&c.file, line);
+            ctx.locate(Some(&loc))
+        });
+        let defined = module_assignment(ctx, m);
+        let (at, related) = match (branch, call) {
+            (Some(b), call) => (
+                Some(b),
+                vec![
+                    (call, "called only in this branch"),
+                    (defined, "defined here"),
+                ],
+            ),
+            (None, Some(c)) => (Some(c), vec![(defined, "defined here")]),
+            (None, None) => (defined, Vec::new()),
+        };
+        let mut f = CHECK.finding(Severity::Warning,
                 format!("`{}` ran in only {} of {} forward passes: its {} learn only in those steps (a conditional branch).", module_name(m), m.runs, total, plural(names.len(), "parameter")),
-            )
+            );
+        for (loc, why) in related {
+            f = f.related(loc, why);
+        }
+        out.push(
+            f
             .params(names)
-            .at(module_assignment(ctx, m))
+            .at(at)
             .fix("If the branch is meant to be conditional, this is expected (under DDP use `find_unused_parameters=True`); otherwise check the condition that skips it."),
         );
     }

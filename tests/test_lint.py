@@ -51,6 +51,7 @@ STATIC = {
     ("grad_hook_zeroing", "grad_hook", 11),
     ("optimizer_missing_adapter_added", "optimizer_missing", 29),
     ("optimizer_missing_neck", "optimizer_missing", 31),
+    ("optimizer_missing_zero_init_head", "optimizer_missing", 22),
     ("optimizer_stale_finetune", "optimizer_stale", 26),
 }
 

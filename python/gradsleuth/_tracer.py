@@ -613,9 +613,11 @@ class Tracer:
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
             if mkey in rebuilt:
-                # The latest copy of a layer rebuilt in forward: it stays reported as such.
+                # The latest copy of a layer rebuilt in forward: it stays reported as such,
+                # named where the model registers it.
                 names[id(m)] = mname
                 skip_params.update(id(p) for p in m.parameters())
+                rec.orphan_registered(mkey, prefix + mname)
                 continue
             names[id(m)] = mname
             self._known_modules.add(mkey)

@@ -353,6 +353,25 @@ impl Recorder {
         });
     }
 
+    /// The orphan group `group` turned out to be registered in a model as `path` (a layer
+    /// assigned to `self.classifier` inside forward, rebuilt on every call): its parameters
+    /// are named as `named_parameters()` names them, `classifier.weight`.
+    pub fn orphan_registered(&mut self, group: u64, path: &str) {
+        if path.is_empty() || self.orphan_prefixes.get(&group).is_none_or(|p| p == path) {
+            return;
+        }
+        self.orphan_prefixes.insert(group, path.to_owned());
+        for t in &mut self.capture.tensors {
+            if t.module == Some(group) && t.kind == TensorKind::Orphan {
+                t.name = format!("{path}.{}", t.attr);
+            }
+        }
+        if let Some(m) = self.module_mut(group) {
+            m.name = path.to_owned();
+            m.attr = path.rsplit('.').next().unwrap_or(path).to_owned();
+        }
+    }
+
     /// An orphan module's call site (first one kept) and a new instance of it.
     pub fn orphan_call(&mut self, key: u64, site: &At, new_instance: bool) {
         let loc = self.loc(site);
@@ -832,6 +851,12 @@ mod tests {
         assert_eq!(r.capture.modules[0].kind, ModuleKind::Orphan);
         assert_eq!(r.capture.tensors[0].name, "Linear@train.py:31.weight");
         assert_eq!(r.capture.modules.len(), 2);
+        // Assigned to `self.proj` inside forward: named as named_parameters() names it.
+        r.orphan_registered(10, "encoder.proj");
+        assert_eq!(r.capture.tensors[0].name, "encoder.proj.weight");
+        assert_eq!(r.capture.modules[0].name, "encoder.proj");
+        r.orphan_param(10, 12, "bias", vec![4], "float32".into(), true, true);
+        assert_eq!(r.capture.tensors[1].name, "encoder.proj.bias");
     }
 
     #[test]

@@ -406,6 +406,11 @@ impl Recorder {
         self.inner.weight_changes(changes);
     }
 
+    /// The orphan group `group` is registered in a model as `path`.
+    fn orphan_registered(&mut self, group: u64, path: &str) {
+        self.inner.orphan_registered(group, path);
+    }
+
     /// `torch.inference_mode()` was entered at `site` (the user's line).
     fn inference_entered(&mut self, site: Loc3) {
         self.inner.inference_entered(&at(site));

@@ -1057,13 +1057,23 @@ impl<K, N> OpLog<K, N> {
                 .any(|n| n == node || n.starts_with(&node))
         };
         let in_range = |e: &&Inplace| e.version > expected && e.version <= at;
+        let numel = |s: &[i64]| s.iter().product::<i64>();
+        // The same elements: the saved tensor may be a view of the target (`x.unsqueeze(1)`
+        // of an input modified in place afterwards).
+        let same_elements = |e: &&Inplace| !e.shape.is_empty() && numel(&e.shape) == numel(&shape);
         let hit = self
             .inplace
             .iter()
             .filter(names)
             .filter(|e| shape.is_empty() || e.shape == shape)
             .find(in_range)
-            .or_else(|| self.inplace.iter().filter(names).find(in_range))
+            .or_else(|| {
+                self.inplace
+                    .iter()
+                    .filter(names)
+                    .filter(same_elements)
+                    .find(in_range)
+            })
             .or_else(|| {
                 self.inplace
                     .iter()
@@ -1084,16 +1094,12 @@ impl<K, N> OpLog<K, N> {
                 ]
                 .iter()
                 .any(|v| node == *v || node.strip_suffix("Backward0") == Some(*v));
-                let numel = |s: &[i64]| s.iter().product::<i64>();
                 (view && !shape.is_empty())
-                    .then(|| {
-                        self.inplace
-                            .iter()
-                            .filter(|e| !e.shape.is_empty() && numel(&e.shape) == numel(&shape))
-                            .find(in_range)
-                    })
+                    .then(|| self.inplace.iter().filter(same_elements).find(in_range))
                     .flatten()
-            });
+            })
+            // Last, the node alone: the shape in the message may be one the log never saw.
+            .or_else(|| self.inplace.iter().filter(names).find(in_range));
         let Some(e) = hit else { return false };
         let node = e.prev_node.clone().unwrap_or(node);
         let mut loc = |s: &Option<Site>| s.as_ref().and_then(|s| recorder.site_location(s));

@@ -52,6 +52,7 @@ STATIC = {
     ("optimizer_missing_adapter_added", "optimizer_missing", 29),
     ("optimizer_missing_neck", "optimizer_missing", 31),
     ("optimizer_missing_zero_init_head", "optimizer_missing", 22),
+    ("optimizer_missing_layers_called_directly", "optimizer_missing", 20),
     ("optimizer_stale_finetune", "optimizer_stale", 26),
 }
 

@@ -181,6 +181,9 @@ class Tracer:
         self._objs: dict[int, weakref.ref] = {}
         self._next_key = 0
         self._roots: dict[int, weakref.ref] = {}
+        # Models scanned because a layer of theirs was called directly (`model.backbone(x)`):
+        # their layers that never run are not part of this program.
+        self._adopted: set[int] = set()
         self._root_names: dict[int, str] = {}
         self._known_modules: set[int] = set()
         self._hooked: set[int] = set()
@@ -515,7 +518,14 @@ class Tracer:
                 if self._deep and self._mode is None:
                     self._enter_op_mode()
                 if key not in self._roots:
-                    self.add_root(module, frame=sys._getframe(1))
+                    # A layer of a model the user's code holds, called directly
+                    # (`model.backbone(x)`): the model is what gets named and scanned.
+                    owner = None if key in self._known_modules else _owner_model(module, sys._getframe(1))
+                    if owner is not None:
+                        self._adopted.add(self.key(owner[1]))
+                        self.add_root(owner[1], name=owner[0])
+                    else:
+                        self.add_root(module, frame=sys._getframe(1))
                     if self.on_root is not None:
                         self.on_root(module)
             elif key not in self._known_modules:
@@ -637,12 +647,23 @@ class Tracer:
             for p in m._parameters.values():
                 if p is not None and id(p) not in owner_of:
                     owner_of[id(p)] = mkey
+        # Of a model adopted for its directly called layers, the modules that ran (by path).
+        ran = None
+        if rkey in self._adopted and rkey not in self._last_call:
+            ran = {n for n, m in root.named_modules() if self._keys.get(id(m)) in self._last_call}
         for pname, p in root.named_parameters():
             if id(p) in skip_params:
                 continue
             tkey = self.key(p)
-            attr = pname.rpartition(".")[2]
-            self._tensor(p, tkey, prefix + pname, TensorKind.PARAM, owner_of.get(id(p)), attr, hook)
+            module_path, _, attr = pname.rpartition(".")
+            kind = TensorKind.PARAM
+            if (
+                ran is not None
+                and module_path
+                and not any(module_path == n or module_path.startswith(n + ".") for n in ran if n)
+            ):
+                kind = TensorKind.HIDDEN  # a layer this program never calls (a decoder left out)
+            self._tensor(p, tkey, prefix + pname, kind, owner_of.get(id(p)), attr, hook)
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
             for bname, b in m._buffers.items():
@@ -1191,6 +1212,33 @@ def _leaf_behind(t):
         nxt = [n for n, _ in node.next_functions if n is not None]
         node = nxt[0] if nxt else None
     return None
+
+
+def _owner_model(module, frame):
+    """(global name, model) of the outermost model bound to a global name of the user's code
+    that `module` is part of, when `module` itself is not bound there: its parameters are then
+    named as that model's `named_parameters()` names them (`backbone.0.weight`, not
+    `Sequential.0.weight`). Globals only, as in `_variable_name`."""
+    f = user_frame(frame) if frame is not None else None
+    if f is None:
+        return None
+    best = None
+    try:
+        for name, value in list(f.f_globals.items()):
+            if value is module:
+                return None
+            if name.startswith("_") or not isinstance(value, nn.Module):
+                continue
+            size = 0
+            inside = False
+            for m in value.modules():
+                size += 1
+                inside = inside or m is module
+            if inside and (best is None or size > best[2]):
+                best = (name, value, size)
+    except Exception:  # noqa: BLE001
+        return None
+    return best[:2] if best is not None else None
 
 
 def _variable_name(module, frame):

@@ -566,6 +566,10 @@ pub struct ScalerStepRec {
 /// op that autograd records: no parameter is cut off, the step fails in forward.
 pub const INFERENCE_DATA_OP: &str = "inference tensor";
 
+/// The `op` of a cut naming a model's parameters made under `inference_mode` (the tracer's
+/// scan finds them): they are inference tensors and can never be trained.
+pub const INFERENCE_PARAMS_OP: &str = "torch.inference_mode";
+
 /// Where the op-level capture saw a parameter's influence stop reaching the loss: the cut
 /// (an op whose inputs need grad and whose outputs do not) that the loss depends on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

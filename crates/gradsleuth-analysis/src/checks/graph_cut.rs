@@ -33,7 +33,7 @@ const KINDS: &[Kind] = &[
         what: |op, who| {
             if op == gradsleuth_model::capture::INFERENCE_DATA_OP {
                 "A tensor made under `torch.inference_mode()` here (from data, no parameter in it) is later used where autograd records, and the step fails (\"Inference tensors cannot be saved for backward\"): inference tensors can never enter a graph.".to_owned()
-            } else if op == "torch.inference_mode" {
+            } else if op == gradsleuth_model::capture::INFERENCE_PARAMS_OP {
                 // The tracer's record of parameters made under `inference_mode`.
                 format!("{who} was built or loaded under `torch.inference_mode()`: its parameters are inference tensors, which autograd can never record through (\"Inference tensors cannot be saved for backward\"), so it cannot be trained; build or load it outside `inference_mode` (or under `torch.no_grad()`).")
             } else {

@@ -1149,7 +1149,13 @@ impl<K, N> OpLog<K, N> {
                 // Made where the log saw it, or else (made before the op-level window
                 // opened) in the last `inference_mode` block the user's code entered: the
                 // error proves an input is an inference tensor, and only such a block makes
-                // one.
+                // one. Not when the model's parameters were built under such a block: they are
+                // the refused ones, told with the model (the tracer's scan records that cut).
+                let params_in = recorder
+                    .capture
+                    .cuts
+                    .iter()
+                    .any(|c| c.op == gradsleuth_model::capture::INFERENCE_PARAMS_OP);
                 let made = tensors
                     .iter()
                     .find_map(|t| {
@@ -1158,8 +1164,15 @@ impl<K, N> OpLog<K, N> {
                             .filter(|(_, k)| h.holds(k, t))
                             .map(|(s, _)| s.clone())
                     })
-                    .or_else(|| self.inference_block.clone())
-                    .or_else(|| recorder.inference_block.clone());
+                    .or_else(|| {
+                        (!params_in)
+                            .then(|| {
+                                self.inference_block
+                                    .clone()
+                                    .or_else(|| recorder.inference_block.clone())
+                            })
+                            .flatten()
+                    });
                 if let Some(block) = made {
                     let related = h
                         .stack(1)

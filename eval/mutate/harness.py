@@ -317,11 +317,7 @@ def truth(mfolder: Path, origs) -> dict:
     err = res.get("error")
     # Parameters that learn in the original and not in the mutant, and parameters only the
     # mutant has (a replacement layer) that do not learn.
-    lost = sorted(
-        n
-        for n, s in res["params"].items()
-        if s != "ok" and base["params"].get(n, "ok") == "ok"
-    )
+    lost = sorted(n for n, s in res["params"].items() if s != "ok" and base["params"].get(n, "ok") == "ok")
     # Parameters that do not learn in the original either (a numerically stale weight under
     # a tiny layer scale, a bias a fitted derivative ignores): naming them too is not wrong.
     already = sorted(n for n, s in base["params"].items() if s != "ok")

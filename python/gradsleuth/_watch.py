@@ -357,7 +357,6 @@ class _LossProbe(TorchFunctionMode):
         return out
 
 
-
 def _loss_origin(ops):
     """(op, site, node, why, input stats) of the last singular op a step's loss probes saw
     (the first to run in backward) whose inputs met its condition, or None."""
@@ -898,11 +897,8 @@ class Watch:
                     return
                 if not grads_finite and all(_finite(t) for t in _flat_tensors(out)):
                     # A finite output got a non-finite gradient: the loss code (outside the model)
-                    # made it, at the op the loss probe saw with a singular derivative.
+                    # made it (`_localize` asks the loss probe where).
                     trace["from_loss"] = True
-                    hit = _loss_origin(self._loss_ops)
-                    if hit is not None:
-                        _singular_origin(trace, *hit)
                     return
             # Second pass, recording every op: an Inf-only forward, or a NaN born in backward
             # that no op's forward values explain.

@@ -121,6 +121,10 @@ struct Cut<N> {
     /// Autograd nodes of values multiplied with the cut's constant output (`q.long() @ k`):
     /// when that constant is zero, their gradient is exactly zero too.
     siblings: Vec<N>,
+    /// A soft cut's output addresses, and the parameters used directly on them
+    /// (`round(y) * scale`).
+    outputs: Vec<usize>,
+    direct: Vec<usize>,
 }
 
 struct Inplace {
@@ -382,6 +386,8 @@ impl<K, N> OpLog<K, N> {
             nodes,
             leaves,
             siblings: Vec::new(),
+            outputs: Vec::new(),
+            direct: Vec::new(),
             soft,
         });
         Ok(id)
@@ -425,19 +431,36 @@ impl<K, N> OpLog<K, N> {
         let mut taint: Vec<u32> = Vec::new();
         // Cuts behind the inputs that are constants (need no grad) of a product.
         let mut constant: Vec<u32> = Vec::new();
+        // Soft cuts whose very output is an input here.
+        let mut direct: Vec<u32> = Vec::new();
         let mut needs_grad: Vec<H::Value> = Vec::new();
         for t in &inputs {
             let requires = h.requires_grad(t)?;
-            if let Some((ts, keeper)) = self.taint.get(&h.addr(t)) {
+            let a = h.addr(t);
+            if let Some((ts, keeper)) = self.taint.get(&a) {
                 if h.holds(keeper, t) {
                     union(&mut taint, ts);
                     if product && !requires {
                         union(&mut constant, ts);
                     }
+                    for &c in ts {
+                        if self.cuts[c as usize].outputs.contains(&a) && !has(&direct, &c) {
+                            direct.push(c);
+                        }
+                    }
                 }
             }
             if requires {
                 needs_grad.push(t.clone());
+            }
+        }
+        for &c in &direct {
+            for t in &needs_grad {
+                let a = h.addr(t);
+                let cut = &mut self.cuts[c as usize];
+                if !cut.direct.contains(&a) && cut.direct.len() < 64 {
+                    cut.direct.push(a);
+                }
             }
         }
         // A value a non-differentiable op made constant, multiplied with values that need
@@ -565,7 +588,9 @@ impl<K, N> OpLog<K, N> {
             };
             let s = h.stack(1).into_iter().next();
             site = Some(s.clone());
-            taint.push(self.push_cut(h, &needs_grad, soft_kind, &name, s, Vec::new(), true)?);
+            let id = self.push_cut(h, &needs_grad, soft_kind, &name, s, Vec::new(), true)?;
+            self.cuts[id as usize].outputs = outputs.iter().map(|o| h.addr(o)).collect();
+            taint.push(id);
         }
         if value_exit && !taint.is_empty() {
             if needs_grad.is_empty() {
@@ -877,7 +902,7 @@ impl<K, N> OpLog<K, N> {
                 // the derivative the loss is made of (`autograd.grad(energy, x,
                 // create_graph=True)`: rounding makes it constant).
                 if cut.soft {
-                    for a in &consumers {
+                    for a in &cut.direct {
                         if let Some(k) = unreached.get(a) {
                             if !params.contains(k) {
                                 params.push(*k);
@@ -1188,6 +1213,8 @@ impl<K, N> OpLog<K, N> {
                         nodes: Vec::new(),
                         leaves: Vec::new(),
                         siblings: Vec::new(),
+                        outputs: Vec::new(),
+                        direct: Vec::new(),
                         soft: false,
                     });
                     union(&mut self.loss_taint, &[id]);

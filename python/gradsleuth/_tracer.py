@@ -181,9 +181,6 @@ class Tracer:
         self._objs: dict[int, weakref.ref] = {}
         self._next_key = 0
         self._roots: dict[int, weakref.ref] = {}
-        # Models scanned because a layer of theirs was called directly (`model.backbone(x)`):
-        # their layers that never run are not part of this program.
-        self._adopted: set[int] = set()
         self._root_names: dict[int, str] = {}
         self._known_modules: set[int] = set()
         self._hooked: set[int] = set()
@@ -522,7 +519,6 @@ class Tracer:
                     # (`model.backbone(x)`): the model is what gets named and scanned.
                     owner = None if key in self._known_modules else _owner_model(module, sys._getframe(1))
                     if owner is not None:
-                        self._adopted.add(self.key(owner[1]))
                         self.add_root(owner[1], name=owner[0])
                     else:
                         self.add_root(module, frame=sys._getframe(1))
@@ -647,23 +643,12 @@ class Tracer:
             for p in m._parameters.values():
                 if p is not None and id(p) not in owner_of:
                     owner_of[id(p)] = mkey
-        # Of a model adopted for its directly called layers, the modules that ran (by path).
-        ran = None
-        if rkey in self._adopted and rkey not in self._last_call:
-            ran = {n for n, m in root.named_modules() if self._keys.get(id(m)) in self._last_call}
         for pname, p in root.named_parameters():
             if id(p) in skip_params:
                 continue
             tkey = self.key(p)
-            module_path, _, attr = pname.rpartition(".")
-            kind = TensorKind.PARAM
-            if (
-                ran is not None
-                and module_path
-                and not any(module_path == n or module_path.startswith(n + ".") for n in ran if n)
-            ):
-                kind = TensorKind.HIDDEN  # a layer this program never calls (a decoder left out)
-            self._tensor(p, tkey, prefix + pname, kind, owner_of.get(id(p)), attr, hook)
+            attr = pname.rpartition(".")[2]
+            self._tensor(p, tkey, prefix + pname, TensorKind.PARAM, owner_of.get(id(p)), attr, hook)
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
             for bname, b in m._buffers.items():

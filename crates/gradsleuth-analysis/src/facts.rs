@@ -113,6 +113,7 @@ impl Facts {
             capture.backwards.len() as u32
         };
 
+        let uncalled = uncalled_layers(capture);
         let mut tensors = BTreeMap::new();
         let mut order = Vec::new();
         let mut recs = HashMap::new();
@@ -149,7 +150,7 @@ impl Facts {
                 changed,
                 weight_norm,
                 status: ParamStatus::GradNone,
-                visible: visible(t),
+                visible: visible(t) && !t.module.is_some_and(|m| uncalled.contains(&m)),
             };
             f.status = status(t, &f, any_optimizer_step);
             order.push(t.key);
@@ -199,6 +200,46 @@ impl Facts {
             })
             .collect()
     }
+}
+
+/// Layers of a model whose own forward never ran while some of its layers did (the program
+/// calls `model.encoder(x)` and `model.probe(z)` directly): those that never ran, below the
+/// model itself, are not part of this program (a decoder an encoder-only script leaves out).
+/// Parameters of the model itself stay: the loop may use them directly.
+fn uncalled_layers(capture: &Capture) -> std::collections::HashSet<u64> {
+    let by_key: HashMap<u64, &gradsleuth_model::capture::ModuleRec> =
+        capture.modules.iter().map(|m| (m.key, m)).collect();
+    let root_of = |m: &gradsleuth_model::capture::ModuleRec| m.root.unwrap_or(m.key);
+    let driven: std::collections::HashSet<u64> = capture
+        .modules
+        .iter()
+        .filter(|m| m.runs > 0 && m.parent.is_some())
+        .map(root_of)
+        .filter(|r| by_key.get(r).is_some_and(|r| r.runs == 0))
+        .collect();
+    let mut out = std::collections::HashSet::new();
+    for m in &capture.modules {
+        if m.parent.is_none() || !driven.contains(&root_of(m)) {
+            continue;
+        }
+        // Did it, or a layer above it (below the model), run?
+        let mut cur = Some(m);
+        let mut ran = false;
+        for _ in 0..256 {
+            let Some(c) = cur.filter(|c| c.parent.is_some()) else {
+                break;
+            };
+            if c.runs > 0 {
+                ran = true;
+                break;
+            }
+            cur = c.parent.and_then(|p| by_key.get(&p).copied());
+        }
+        if !ran {
+            out.insert(m.key);
+        }
+    }
+    out
 }
 
 fn visible(t: &TensorRec) -> bool {
@@ -316,4 +357,54 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
         return ParamStatus::GradZero;
     }
     ParamStatus::GradNone
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::checks::testing::Scenario;
+    use gradsleuth_model::capture::ModuleKind;
+    use gradsleuth_model::Location;
+
+    /// `AutoEncoder` whose forward never runs: the loop calls `encoder` and `probe` directly,
+    /// never `decoder`; `scale` belongs to the model itself.
+    #[test]
+    fn layers_a_program_never_calls_of_a_model_it_drives_layer_by_layer_are_not_shown() {
+        let mut s = Scenario::new();
+        s.module(1, "AutoEncoder", "", None, ModuleKind::Root, 0);
+        s.module(
+            2,
+            "Sequential",
+            "encoder",
+            Some(1),
+            ModuleKind::Registered,
+            3,
+        );
+        s.module(3, "Linear", "encoder.0", Some(2), ModuleKind::Registered, 3);
+        s.module(
+            4,
+            "Sequential",
+            "decoder",
+            Some(1),
+            ModuleKind::Registered,
+            0,
+        );
+        s.module(5, "Linear", "decoder.0", Some(4), ModuleKind::Registered, 0);
+        s.module(6, "Linear", "probe", Some(1), ModuleKind::Registered, 3);
+        s.param(10, "encoder.0.weight", 3);
+        s.param(11, "decoder.0.weight", 5);
+        s.param(12, "probe.weight", 6);
+        s.param(13, "scale", 1);
+        s.optimizer(100, &[10], Some(Location::new("train.py", 20)));
+        let facts = super::Facts::derive(&s.capture);
+        let shown: Vec<u64> = facts
+            .iter()
+            .filter(|(_, f)| f.visible)
+            .map(|(t, _)| t.key)
+            .collect();
+        assert_eq!(shown, vec![10, 12, 13]);
+        // A model whose forward runs shows every layer, called or not.
+        s.capture.modules[0].runs = 3;
+        let facts = super::Facts::derive(&s.capture);
+        assert_eq!(facts.iter().filter(|(_, f)| f.visible).count(), 4);
+    }
 }

@@ -14,9 +14,11 @@ from conftest import ROOT, report_of, run_gradsleuth
 WATCH = ROOT / "tests" / "watch"
 
 
-def _watch(script, tmp_path, *extra, env=None):
+def _watch(script, tmp_path, *extra, env=None, script_args=()):
     out = tmp_path / "report.json"
-    proc = run_gradsleuth("run", "--watch", "--format", "json", "--out", out, *extra, script, cwd=WATCH, env=env)
+    proc = run_gradsleuth(
+        "run", "--watch", "--format", "json", "--out", out, *extra, script, *script_args, cwd=WATCH, env=env
+    )
     assert out.exists(), proc.stderr[-3000:]
     report = report_of(out.read_text())
     assert report["command"] == "watch"
@@ -42,13 +44,17 @@ def test_a_backward_nan_is_traced_to_the_op_and_line(tmp_path):
     assert proc.returncode == 1
 
 
-def test_a_nan_born_in_the_loss_function_is_traced_to_its_line(tmp_path):
+@pytest.mark.parametrize("loss", ["function", "module"])
+def test_a_nan_born_in_the_loss_function_is_traced_to_its_line(tmp_path, loss):
     # The model runs three times per step (anchor, positive, negative) and the NaN is born in
-    # the hand-written loss: no re-run of the model can see it, the loss probe does.
-    _, report = _watch("pair_distance_nan.py", tmp_path)
+    # the hand-written loss (a function, or a module without parameters): no re-run of the
+    # model can see it, the loss probe does.
+    args = ["--loss-module"] if loss == "module" else []
+    _, report = _watch("pair_distance_nan.py", tmp_path, script_args=args)
     f = _only(report, "GS140")
     assert f["steps"] == [30]
-    assert f["location"]["line"] == 21 and f["location"]["function"] == "contrastive_loss"
+    assert f["location"]["function"] == "contrastive_loss"
+    assert "torch.sqrt(((za - zp) ** 2)" in f["location"]["snippet"]
     assert "`SqrtBackward0`, the backward of `torch.sqrt`" in f["message"]
     assert "in the loss computation outside the model" in f["message"]
 

@@ -476,7 +476,9 @@ class Watch:
     def _hook_model(self, m):
         if self._state(m) is not None:
             return
-        self._forward_state[id(m)] = {"model": weakref.ref(m)}
+        # A module without parameters (a loss written as a module) is part of the loss
+        # computation: it neither stops nor starts the loss probe.
+        self._forward_state[id(m)] = {"model": weakref.ref(m), "params": any(True for _ in m.parameters())}
         if not self._module_hooks:
             from torch.nn.modules import module as module_mod
 
@@ -744,7 +746,8 @@ class Watch:
         st = self._state(module)
         if st is None or self._replaying or self.closed:
             return None
-        self._stop_probe()
+        if st["params"]:
+            self._stop_probe()
         if self._armed_by is not None and torch.is_grad_enabled():
             try:
                 self._arm_deep(module, args)
@@ -781,7 +784,7 @@ class Watch:
                 grads[i] = g
 
             t.register_hook(keep)
-        if outs:
+        if outs and st["params"]:
             self._start_probe()
         return None
 

@@ -4,6 +4,8 @@ class and, once classes run short, may draw the anchor itself: the pair's distan
 0, the forward is finite (sqrt(0) = 0), and sqrt's backward divides by it. The NaN is born in
 the loss, outside the model."""
 
+import sys
+
 import torch
 import torch.nn as nn
 
@@ -23,6 +25,13 @@ def contrastive_loss(za, zp, zn, margin=1.0):
     return (d_pos + torch.relu(margin - d_neg)).mean()
 
 
+class ContrastiveLoss(nn.Module):
+    """The same loss written as a module (`--loss-module`), as many codebases do."""
+
+    def forward(self, za, zp, zn):
+        return contrastive_loss(za, zp, zn)
+
+
 def pairs(step, data, g):
     anchor = torch.randint(0, len(data), (16,), generator=g)
     positive = (anchor + 1) % len(data)
@@ -33,6 +42,7 @@ def pairs(step, data, g):
 
 
 def main():
+    criterion = ContrastiveLoss() if "--loss-module" in sys.argv else contrastive_loss
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     data = torch.randn(64, 10, generator=g)
@@ -40,7 +50,7 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     for step in range(1, 41):
         a, p, n = pairs(step, data, g)
-        loss = contrastive_loss(model(a), model(p), model(n))
+        loss = criterion(model(a), model(p), model(n))
         opt.zero_grad()
         loss.backward()
         opt.step()

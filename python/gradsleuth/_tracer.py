@@ -383,13 +383,16 @@ class Tracer:
             self.rec.note(f"final scan failed: {type(e).__name__}: {e}")
         try:
             self._exact_changes()
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"exact weight check failed: {type(e).__name__}: {e}")
+        try:
             # All-zero parameters (a zero-initialised layer that never changed) make every
             # gradient behind a product with them zero: the analysis says which.
             params = [(k, t) for k in self._scanned if isinstance(t := self.obj(k), nn.Parameter)]
             ns = norms([t.detach() for _, t in params])
             self.rec.zero_valued([k for (k, _), n in zip(params, ns) if n == 0.0])
         except Exception as e:  # noqa: BLE001
-            self.rec.note(f"exact weight check failed: {type(e).__name__}: {e}")
+            self.rec.note(f"zero-valued check failed: {type(e).__name__}: {e}")
         if self.on_done is not None:
             self.on_done(self)
 

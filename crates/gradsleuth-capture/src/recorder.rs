@@ -663,11 +663,10 @@ impl Recorder {
 
     /// Parameters whose values are all zero at the end of observation.
     pub fn zero_valued(&mut self, keys: Vec<u64>) {
-        for k in keys {
-            if !self.capture.zero_valued.contains(&k) {
-                self.capture.zero_valued.push(k);
-            }
-        }
+        let z = &mut self.capture.zero_valued;
+        z.extend(keys);
+        z.sort_unstable();
+        z.dedup();
     }
 
     pub fn zero_grad(&mut self, target: ZeroGradTarget, key: u64, site: &At) {

@@ -64,7 +64,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let froze = freeze_site(ctx, &keys);
         let starved = starved_by(ctx, &keys);
         ctx.claim(keys.iter().copied());
-        let also = starved.sentence(ctx);
+        let also = starved.claim_and_describe(ctx);
         let mut names = names;
         names.extend(super::names(ctx, &starved.params));
         let finding = if is_held {

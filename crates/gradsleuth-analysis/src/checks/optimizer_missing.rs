@@ -44,7 +44,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let starved = starved_by(ctx, &missing);
         let mut names = super::names(ctx, &missing);
         ctx.claim(missing.iter().copied());
-        let also = starved.sentence(ctx);
+        let also = starved.claim_and_describe(ctx);
         names.extend(super::names(ctx, &starved.params));
         let modules: Vec<String> = groups
             .iter()
@@ -110,7 +110,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         };
         ctx.claim(g.keys.iter().copied());
         let (gets, it, it_is) = agreement(names.len());
-        let also = starved.sentence(ctx);
+        let also = starved.claim_and_describe(ctx);
         names.extend(super::names(ctx, &starved.params));
         out.push(
             CHECK.finding(Severity::Error,

@@ -54,12 +54,24 @@ fn top_same_runs<'c>(ctx: &'c Context, m: &'c ModuleRec) -> &'c ModuleRec {
         .unwrap_or(m)
 }
 
+/// A line found in the source from `m`'s first call site (`find(file, call line)`), located.
+fn near_call(
+    ctx: &Context,
+    m: &ModuleRec,
+    find: impl FnOnce(&mut gradsleuth_source::SourceCache, &str, u32) -> Option<u32>,
+) -> Option<gradsleuth_model::Location> {
+    let call = m.first_call.as_ref()?;
+    let loc = {
+        let mut src = ctx.source.borrow_mut();
+        let line = find(&mut src, &call.file, call.line)?;
+        src.location(&call.file, line)
+    };
+    ctx.locate(Some(&loc))
+}
+
 /// The random draw that skips `m` at its call site, when there is one.
 fn random_gate(ctx: &Context, m: &ModuleRec) -> Option<gradsleuth_model::Location> {
-    let call = m.first_call.as_ref()?;
-    let line = ctx.source.borrow_mut().random_gate(&call.file, call.line)?;
-    let loc = ctx.source.borrow_mut().location(&call.file, line);
-    ctx.locate(Some(&loc))
+    near_call(ctx, m, |src, file, line| src.random_gate(file, line))
 }
 
 /// For a module that never ran: the random gate of a sibling of its class (same parent) that
@@ -197,11 +209,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         // Where it is decided: the branch around its call, else the call; the definition
         // related.
         let call = ctx.locate(m.first_call.as_ref());
-        let branch = m.first_call.as_ref().and_then(|c| {
-            let line = ctx.source.borrow_mut().branch(&c.file, c.line)?;
-            let loc = ctx.source.borrow_mut().location(&c.file, line);
-            ctx.locate(Some(&loc))
-        });
+        let branch = near_call(ctx, m, |src, file, line| src.branch(file, line));
         let defined = module_assignment(ctx, m);
         let (at, related) = match (branch, call) {
             (Some(b), call) => (

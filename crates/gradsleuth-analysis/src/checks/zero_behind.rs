@@ -100,8 +100,9 @@ pub fn starved_by(ctx: &Context, cause: &[u64]) -> Starved {
 }
 
 impl Starved {
-    /// The sentence a finding adds (and the parameters it claims), or "" when none starve.
-    pub fn sentence(&self, ctx: &Context) -> String {
+    /// Claims the starved parameters and gives the sentence a finding adds ("" when none
+    /// starve).
+    pub fn claim_and_describe(&self, ctx: &Context) -> String {
         if self.params.is_empty() {
             return String::new();
         }

@@ -12,7 +12,7 @@ from typing import Optional
 
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The standard library's directories: its frames (copy, pickle, multiprocessing) are not the user's.
-_STDLIB = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
 
 
 def is_users(filename: str) -> bool:
@@ -22,7 +22,7 @@ def is_users(filename: str) -> bool:
         or filename.startswith("<")
         or "site-packages" in filename
         or "dist-packages" in filename
-        or filename.startswith(_STDLIB)
+        or filename.startswith(STDLIB_DIRS)
     )
 
 

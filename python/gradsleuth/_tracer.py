@@ -27,12 +27,16 @@ import torch
 from torch import nn
 
 from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind, class_line
+from gradsleuth._sites import STDLIB_DIRS
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Which frames are the user's is decided in Rust (gradsleuth._core.Frames), with a cache per
 # code object; the tracer only hands it frames.
-_FRAMES = Frames([_TORCH_DIR, _OWN_DIR])
+# Python's own library: its frames, like installed packages' (found by their folder), are not
+# the user's code; a site is the user's line that called into them.
+_STDLIB_DIRS = list(STDLIB_DIRS)
+_FRAMES = Frames([_TORCH_DIR, _OWN_DIR], _STDLIB_DIRS)
 
 
 def user_frame(frame):
@@ -183,6 +187,10 @@ class Tracer:
         self._roots: dict[int, weakref.ref] = {}
         self._root_names: dict[int, str] = {}
         self._known_modules: set[int] = set()
+        # Which module holds which (child -> [(parent ref, attribute)]), from torch's module
+        # registration hook: a layer called directly is named inside the outermost module that
+        # holds it, wherever that module lives (a LightningModule's `self`, a local `model`).
+        self._parents: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._hooked: set[int] = set()
         self._depth = 0
         self._root_call = 0
@@ -234,6 +242,7 @@ class Tracer:
         from torch.optim import optimizer as optim_mod
 
         self._handles.append(module_mod.register_module_forward_pre_hook(self._forward_pre))
+        self._handles.append(module_mod.register_module_module_registration_hook(self._registered))
         self._handles.append(module_mod.register_module_forward_hook(self._forward_post, always_call=True))
         self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._step_pre))
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._step_post))
@@ -258,6 +267,11 @@ class Tracer:
         mode = getattr(getattr(torch.autograd, "grad_mode", None), "inference_mode", None)
         if mode is not None:
             self._patch(mode, "__enter__", self._wrap_inference_enter)
+        from torch.utils import checkpoint as checkpoint_mod
+
+        reentrant = getattr(checkpoint_mod, "CheckpointFunction", None)
+        if reentrant is not None:
+            self._patch(reentrant, "forward", self._wrap_checkpoint_forward)
         return self
 
     def _wrap_process_start(self, original):
@@ -299,6 +313,31 @@ class Tracer:
             return original(ctx, *args, **kwargs)
 
         return __enter__
+
+    def _wrap_checkpoint_forward(self, original):
+        """Reentrant checkpointing (`use_reentrant=True`, Hugging Face's default) runs the layer
+        without recording; when none of its inputs requires grad, its output has no history and
+        nothing inside can learn. The op log is told while such a forward runs."""
+        tracer = self
+        fn = original.__func__ if isinstance(original, staticmethod) else original
+
+        def forward(ctx, run_function, preserve_rng_state, *args):
+            log = tracer._oplog
+            marked = False
+            if log is not None:
+                try:
+                    marked = not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+                    if marked:
+                        log.checkpoint_entered()
+                except Exception:  # noqa: BLE001 - never break the user's forward
+                    marked = False
+            try:
+                return fn(ctx, run_function, preserve_rng_state, *args)
+            finally:
+                if marked:
+                    log.checkpoint_exited()
+
+        return staticmethod(forward)
 
     def _watch_freezing(self):
         """Where parameters get frozen: `nn.Parameter` gets a `requires_grad` property (torch's
@@ -439,7 +478,7 @@ class Tracer:
 
             if self._oplog is None:
                 step = min(self._opt_steps.values()) + 1 if self._opt_steps else 1
-                self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step)
+                self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step, _STDLIB_DIRS)
                 self._deep_since = self.rec.backward_count
             self._mode = _make_op_mode(self._oplog, self.rec)
             self._mode.__enter__()
@@ -520,7 +559,9 @@ class Tracer:
                 if key not in self._roots:
                     # A layer of a model the user's code holds, called directly
                     # (`model.backbone(x)`): the model is what gets named and scanned.
-                    owner = None if key in self._known_modules else _owner_model(module, sys._getframe(1))
+                    owner = None
+                    if key not in self._known_modules:
+                        owner = _owner_model(module, sys._getframe(1)) or self._holder(module, sys._getframe(1))
                     if owner is not None:
                         self.add_root(owner[1], name=owner[0])
                     else:
@@ -542,6 +583,38 @@ class Tracer:
         except Exception as e:  # noqa: BLE001 - never break the user's forward
             self.rec.note(f"forward hook: {type(e).__name__}: {e}")
         return None
+
+    def _registered(self, parent, name, child):
+        if child is not None:
+            try:
+                links = self._parents.setdefault(child, [])
+                if not any(r() is parent and n == name for r, n in links):
+                    links.append((weakref.ref(parent), name))
+            except TypeError:  # a module that cannot be weakly referenced
+                pass
+        return None
+
+    def _holder(self, module, frame):
+        """(name, module) of the largest outermost module that holds `module` (through any
+        chain of registered attributes that still holds it), or None when nothing does."""
+        tops, seen, todo = [], {id(module)}, [module]
+        while todo:
+            m = todo.pop()
+            ups = []
+            for ref, attr in self._parents.get(m, ()):
+                p = ref()
+                if p is not None and p._modules.get(attr) is m:
+                    ups.append(p)
+            if not ups and m is not module:
+                tops.append(m)
+            for p in ups:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    todo.append(p)
+        if not tops:
+            return None
+        top = max(tops, key=lambda t: sum(1 for _ in t.modules()))
+        return _variable_name(top, frame) or type(top).__name__, top
 
     def _forward_post(self, module, args, output):
         if self._depth > 0 and self._module_stack:

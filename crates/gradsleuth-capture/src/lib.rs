@@ -20,4 +20,4 @@ pub mod site;
 
 pub use oplog::{Call, Host, OpLog, SeqKind};
 pub use recorder::{At, Recorder};
-pub use site::{CodeFilter, Site};
+pub use site::{Code, CodeFilter, Site};

@@ -292,6 +292,9 @@ struct Step {
     /// the tracer only: the op-level window was not open yet) or `"in_window"` (the log is
     /// told too).
     inference_entered: Option<String>,
+    /// A reentrant checkpointed forward whose inputs need no grad starts at `at` (`true`) or
+    /// returns (`false`), as the tracer tells the log.
+    checkpoint: Option<bool>,
     /// Recording turns on/off without an op the log sees (`inference_mode`'s C++ guard).
     grad_mode: Option<bool>,
     /// The output's node depends on these names' nodes instead of its inputs' (the
@@ -406,6 +409,11 @@ fn run_fixture(path: &Path) -> Value {
             if when == "in_window" {
                 log.inference_entered(&mut Fake(&mut w));
             }
+        }
+        match step.checkpoint {
+            Some(true) => log.checkpoint_entered(&mut Fake(&mut w)),
+            Some(false) => log.checkpoint_exited(),
+            None => {}
         }
         if let Some(g) = &step.graph {
             let loss = names[g];

@@ -570,6 +570,15 @@ pub const INFERENCE_DATA_OP: &str = "inference tensor";
 /// scan finds them): they are inference tensors and can never be trained.
 pub const INFERENCE_PARAMS_OP: &str = "torch.inference_mode";
 
+/// The message of a cut's related place that is the library line where the op ran, when the
+/// user's line (the cut's location) called into an installed library.
+pub const INSIDE_LIBRARY: &str = "where it happens, inside the library";
+
+/// The op of a `no_grad` cut made by reentrant gradient checkpointing whose inputs do not
+/// require grad: the checkpointed forward runs without recording and its output has no
+/// history (torch warns "None of the inputs have requires_grad=True").
+pub const CHECKPOINT_OP: &str = "torch.utils.checkpoint";
+
 /// Where the op-level capture saw a parameter's influence stop reaching the loss: the cut
 /// (an op whose inputs need grad and whose outputs do not) that the loss depends on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,33 +1,34 @@
 //! Python frames read for the user's own code; which code that is, is decided in
 //! `gradsleuth_capture::site`. What a code object is (skipped, or its absolute file and
 //! qualified name) is cached by its address, so a walk costs a few attribute reads per frame.
+//! Installed libraries' frames are passed over like torch's, but the innermost one inside
+//! the user's frame is kept as the site's `via`.
 //! Used by the op log for every recorded op and by the tracer (through [`Frames`]) for backward, optimizer, zero_grad and scaler call sites.
 
 use std::sync::Arc;
 
-use gradsleuth_capture::{CodeFilter, Site};
+use gradsleuth_capture::{Code, CodeFilter, Site};
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
-
-/// (absolute file, qualname) of a user code object.
-type CodeInfo = (Arc<str>, Arc<str>);
 
 /// Walks frames, skipping everything that is not user code (decided by
 /// `gradsleuth_capture::CodeFilter`, once per code object).
 pub struct FrameWalker {
-    codes: FxHashMap<usize, Option<CodeInfo>>,
+    codes: FxHashMap<usize, Code>,
     filter: CodeFilter,
 }
 
 impl FrameWalker {
-    pub fn new(skip_prefixes: Vec<String>) -> Self {
+    /// `library_prefixes`: folders of Python's own library (installed packages are found by
+    /// their `site-packages` folder).
+    pub fn new(skip_prefixes: Vec<String>, library_prefixes: Vec<String>) -> Self {
         FrameWalker {
             codes: FxHashMap::default(),
-            filter: CodeFilter::new(skip_prefixes),
+            filter: CodeFilter::new(skip_prefixes).with_libraries(library_prefixes),
         }
     }
 
-    fn code_info(&mut self, code: &Bound<'_, PyAny>) -> Option<CodeInfo> {
+    fn code_info(&mut self, code: &Bound<'_, PyAny>) -> Code {
         let key = code.as_ptr() as usize;
         if let Some(e) = self.codes.get(&key) {
             return e.clone();
@@ -42,19 +43,22 @@ impl FrameWalker {
             .or_else(|_| code.getattr("co_name"))
             .and_then(|f| f.extract())
             .unwrap_or_default();
-        let info = self.filter.code(&file, &func);
+        let info = self.filter.classify(&file, &func);
         self.codes.insert(key, info.clone());
         info
     }
 
     /// Up to `depth` user frames from `frame` outwards, innermost first, each with its frame.
+    /// The first carries the innermost library frame inside it as [`Site::via`]; when no user
+    /// frame calls the code at all (a library's own thread), that library frame is the site.
     pub fn walk<'py>(
         &mut self,
         frame: Bound<'py, PyAny>,
         depth: usize,
     ) -> Vec<(Site, Bound<'py, PyAny>)> {
         let py = frame.py();
-        let mut out = Vec::new();
+        let mut out: Vec<(Site, Bound<'py, PyAny>)> = Vec::new();
+        let mut library: Option<(Site, Bound<'py, PyAny>)> = None;
         let mut frame = frame;
         for _ in 0..200 {
             if frame.is_none() || out.len() >= depth {
@@ -63,24 +67,46 @@ impl FrameWalker {
             let Ok(code) = frame.getattr(pyo3::intern!(py, "f_code")) else {
                 break;
             };
-            if let Some((file, function)) = self.code_info(&code) {
-                let line: u32 = frame
+            let line = || -> u32 {
+                frame
                     .getattr(pyo3::intern!(py, "f_lineno"))
                     .and_then(|l| l.extract())
-                    .unwrap_or(0);
-                out.push((
-                    Site {
+                    .unwrap_or(0)
+            };
+            match self.code_info(&code) {
+                Code::Skip => {}
+                Code::Library(file, function) => {
+                    if out.is_empty() && library.is_none() {
+                        let site = Site {
+                            file,
+                            line: line(),
+                            function,
+                            via: None,
+                        };
+                        library = Some((site, frame.clone()));
+                    }
+                }
+                Code::User(file, function) => {
+                    let via = match out.is_empty() {
+                        true => library.as_ref().map(|(s, _)| Arc::new(s.clone())),
+                        false => None,
+                    };
+                    let site = Site {
                         file,
-                        line,
+                        line: line(),
                         function,
-                    },
-                    frame.clone(),
-                ));
+                        via,
+                    };
+                    out.push((site, frame.clone()));
+                }
             }
             match frame.getattr(pyo3::intern!(py, "f_back")) {
                 Ok(f) => frame = f,
                 Err(_) => break,
             }
+        }
+        if out.is_empty() {
+            out.extend(library);
         }
         out
     }
@@ -93,8 +119,9 @@ pub struct Frames(FrameWalker);
 #[pymethods]
 impl Frames {
     #[new]
-    fn new(skip_prefixes: Vec<String>) -> Self {
-        Frames(FrameWalker::new(skip_prefixes))
+    #[pyo3(signature = (skip_prefixes, library_prefixes=Vec::new()))]
+    fn new(skip_prefixes: Vec<String>, library_prefixes: Vec<String>) -> Self {
+        Frames(FrameWalker::new(skip_prefixes, library_prefixes))
     }
 
     /// `(file, line, function)` of the innermost user frame at or above `frame`

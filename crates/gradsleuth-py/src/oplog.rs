@@ -234,8 +234,13 @@ impl OpLog {
 #[pymethods]
 impl OpLog {
     #[new]
-    #[pyo3(signature = (skip_prefixes, step))]
-    fn new(py: Python<'_>, skip_prefixes: Vec<String>, step: u32) -> PyResult<Self> {
+    #[pyo3(signature = (skip_prefixes, step, library_prefixes=Vec::new()))]
+    fn new(
+        py: Python<'_>,
+        skip_prefixes: Vec<String>,
+        step: u32,
+        library_prefixes: Vec<String>,
+    ) -> PyResult<Self> {
         let torch = py.import("torch")?;
         Ok(OpLog {
             log: gradsleuth_capture::OpLog::new(step),
@@ -248,7 +253,7 @@ impl OpLog {
                     .getattr("_get_sequence_nr")?
                     .unbind(),
             },
-            frames: FrameWalker::new(skip_prefixes),
+            frames: FrameWalker::new(skip_prefixes, library_prefixes),
         })
     }
 
@@ -315,6 +320,18 @@ impl OpLog {
     fn inference_entered(&mut self, py: Python<'_>) {
         let (log, mut host) = self.split(py);
         log.inference_entered(&mut host);
+    }
+
+    /// A reentrant checkpointed forward whose inputs need no grad starts (its caller is the
+    /// user's line, or the library's that checkpoints).
+    fn checkpoint_entered(&mut self, py: Python<'_>) {
+        let (log, mut host) = self.split(py);
+        log.checkpoint_entered(&mut host);
+    }
+
+    /// That forward returned.
+    fn checkpoint_exited(&mut self) {
+        self.log.checkpoint_exited();
     }
 
     /// The grad mode when capture starts (a step that begins inside `no_grad`).

@@ -204,6 +204,30 @@ impl SourceCache {
         None
     }
 
+    /// The line of `file` that turned gradient checkpointing on for a model, for a forward
+    /// called at `line` that a library checkpoints: a call of `gradient_checkpointing_enable(`
+    /// or `activation_checkpointing_enable(`, or a `gradient_checkpointing=True` argument (a
+    /// Hugging Face `TrainingArguments`); the last one above `line`, else the first below it.
+    pub fn checkpoint_enabler(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let enables = |l: &str| {
+            let l = strip_comment(l);
+            l.contains("gradient_checkpointing_enable(")
+                || l.contains("activation_checkpointing_enable(")
+                || l.replace(' ', "").contains("gradient_checkpointing=True")
+        };
+        let found: Vec<u32> = (0..lines.len())
+            .filter(|&i| enables(&lines[i]))
+            .map(|i| i as u32 + 1)
+            .collect();
+        found
+            .iter()
+            .rev()
+            .find(|&&l| l < line)
+            .or_else(|| found.first())
+            .copied()
+    }
+
     /// The filter that chose an optimizer's parameters, for the optimizer built at `line`: in
     /// its function (or the 60 lines above it at module level), the last line up to the end of
     /// its statement that selects from `parameters()`/`named_parameters()` with a condition: a
@@ -832,5 +856,32 @@ mod tests {
         assert!(!assigns_attr("self.fc == 3", "fc"));
         assert!(assigns_attr("self.fc: nn.Linear = nn.Linear(1, 1)", "fc"));
         assert!(assigns_attr("setattr(self, 'fc', nn.Linear(1, 1))", "fc"));
+    }
+}
+
+#[cfg(test)]
+mod checkpoint_enabler_tests {
+    #[test]
+    fn finds_the_line_that_turned_checkpointing_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t.py");
+        std::fs::write(
+            &f,
+            "model = build()\n# model.gradient_checkpointing_enable()\nmodel = get_peft_model(model, cfg)\nmodel.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})\nfor b in data:\n    loss = model(**b).loss\n",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.checkpoint_enabler(f, 6), Some(4));
+        let g = dir.path().join("u.py");
+        std::fs::write(
+            &g,
+            "trainer.train()\nargs = TrainingArguments(out, gradient_checkpointing = True)\n",
+        )
+        .unwrap();
+        assert_eq!(s.checkpoint_enabler(g.to_str().unwrap(), 1), Some(2));
+        let h = dir.path().join("v.py");
+        std::fs::write(&h, "y = checkpoint(block, x)\n").unwrap();
+        assert_eq!(s.checkpoint_enabler(h.to_str().unwrap(), 1), None);
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use gradsleuth_model::capture::{CHECKPOINT_OP, INSIDE_LIBRARY};
 use gradsleuth_model::{Category, Finding, Severity};
 
 use super::{group_by_module, module_name, name_list, plural, Check};
@@ -16,6 +17,9 @@ struct Kind {
     what: fn(&str, &str) -> String,
     fix: &'static str,
 }
+
+/// The fix for a cut made by reentrant checkpointing (GS203's [`CHECKPOINT_OP`]).
+const CHECKPOINT_FIX: &str = "Use non-reentrant checkpointing (`checkpoint(fn, x, use_reentrant=False)`; for a Hugging Face model `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})`), or make the checkpointed input require grad (`model.enable_input_require_grads()` after freezing the base model, before training adapters).";
 
 const KINDS: &[Kind] = &[
     Kind {
@@ -36,6 +40,8 @@ const KINDS: &[Kind] = &[
             } else if op == gradsleuth_model::capture::INFERENCE_PARAMS_OP {
                 // The tracer's record of parameters made under `inference_mode`.
                 format!("{who} was built or loaded under `torch.inference_mode()`: its parameters are inference tensors, which autograd can never record through (\"Inference tensors cannot be saved for backward\"), so it cannot be trained; build or load it outside `inference_mode` (or under `torch.no_grad()`).")
+            } else if op == gradsleuth_model::capture::CHECKPOINT_OP {
+                format!("{who}: reentrant gradient checkpointing (`use_reentrant=True`) runs this forward without recording, and none of its inputs requires grad, so its output has no history and these parameters never get a gradient (torch only warns \"None of the inputs have requires_grad=True\").")
             } else {
                 format!("{who} ran with gradient recording disabled (`torch.no_grad()`/`inference_mode`), so its output has no history and it never gets a gradient.")
             }
@@ -255,16 +261,64 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             .into_iter()
             .collect();
         chain.extend(cut.chain.iter().cloned());
+        let checkpointed = cut.op == CHECKPOINT_OP;
+        let fix = if checkpointed {
+            CHECKPOINT_FIX
+        } else {
+            kind.fix
+        };
         let mut f = gradsleuth_rules::registered(kind.code)
             .finding(severity, message)
             .params(names)
             .chain(chain)
-            .fix(kind.fix)
+            .fix(fix)
             .steps(steps);
         // For no_grad the line to change is the one that disabled grad; the op is related.
         // For no_grad the line to change is the one that disabled grad (found in the source
         // around the op, else where the tracer saw grad turned off); the op is related.
-        let (loc, related) = if category == Category::NoGrad {
+        let library = cut
+            .related
+            .iter()
+            .filter(|r| r.message == INSIDE_LIBRARY)
+            .map(|r| (Some(r.location.clone()), r.message.clone()));
+        let (loc, related) = if checkpointed {
+            // The place that checkpoints (the user's call, or the user's line that called the
+            // library that does); the op and the library line are related.
+            let mut at = cut
+                .related
+                .iter()
+                .find(|r| r.message != INSIDE_LIBRARY)
+                .map(|r| r.location.clone())
+                .or_else(|| cut.location.clone());
+            let mut related: Vec<_> = library.collect();
+            // A library checkpoints the model's layers: the user's line that turned it on
+            // (`gradient_checkpointing_enable(...)`) is where the fix goes.
+            let inside_library = cut.related.iter().any(|r| r.message == INSIDE_LIBRARY);
+            if let Some(l) = at.clone().filter(|_| inside_library) {
+                let enabler = ctx.source.borrow_mut().checkpoint_enabler(&l.file, l.line);
+                if let Some(line) = enabler {
+                    related.insert(
+                        0,
+                        (
+                            Some(l.clone()),
+                            "the checkpointed forward runs from here".to_owned(),
+                        ),
+                    );
+                    at = Some(gradsleuth_model::Location::new(l.file.clone(), line));
+                }
+            }
+            let same = |a: &Option<gradsleuth_model::Location>| {
+                a.as_ref().map(|l| (&l.file, l.line))
+                    == cut.location.as_ref().map(|l| (&l.file, l.line))
+            };
+            if !same(&at) && !related.iter().any(|(l, _)| same(l)) {
+                related.push((
+                    cut.location.clone(),
+                    "the op that ran without grad".to_owned(),
+                ));
+            }
+            (at, related)
+        } else if category == Category::NoGrad {
             let frames = cut.location.iter().chain(
                 cut.related
                     .iter()
@@ -279,17 +333,16 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
                 .or_else(|| {
                     cut.related
                         .iter()
-                        .find(|r| r.message != "called from here")
+                        .find(|r| r.message != "called from here" && r.message != INSIDE_LIBRARY)
                         .map(|r| r.location.clone())
                 })
                 .or_else(|| cut.location.clone());
-            (
-                site,
-                vec![(
-                    cut.location.clone(),
-                    "the op that ran without grad".to_owned(),
-                )],
-            )
+            let mut related = vec![(
+                cut.location.clone(),
+                "the op that ran without grad".to_owned(),
+            )];
+            related.extend(library);
+            (site, related)
         } else {
             (
                 cut.location.clone(),

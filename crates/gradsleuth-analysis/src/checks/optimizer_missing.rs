@@ -82,7 +82,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let (opt_var, root) = ctx
         .locate(opt.created_at.as_ref())
         .and_then(|l| l.snippet)
-        .map(|s| names_in_creation(&s))
+        .map(|s| {
+            names_in_creation(&s, |path| {
+                ctx.capture.modules.iter().any(|m| m.name == path)
+            })
+        })
         .unwrap_or_else(|| ("optimizer".into(), "model".into()));
     let mut out = Vec::new();
     for g in groups {
@@ -140,7 +144,7 @@ fn agreement(n: usize) -> (&'static str, &'static str, &'static str) {
 /// From the optimizer's line (`opt = torch.optim.Adam(net.parameters(), ...)`): the variable
 /// it is assigned to and the model variable its parameters come from, for a fix a user can
 /// paste (`optimizer` and `model` when the line does not say).
-fn names_in_creation(line: &str) -> (String, String) {
+fn names_in_creation(line: &str, is_module: impl Fn(&str) -> bool) -> (String, String) {
     let is_name = |s: &str| {
         !s.is_empty()
             && s.chars()
@@ -153,6 +157,9 @@ fn names_in_creation(line: &str) -> (String, String) {
         .filter(|l| is_name(l))
         .unwrap_or("optimizer")
         .to_owned();
+    // The expression before `.parameters()`: the model itself (`net`) or one of its layers
+    // (`self.encoder`, `model.backbone.layer1`); the model is what is left once the longest
+    // tail that names a layer of the model is taken off.
     let root = line
         .find("parameters()")
         .map(|i| {
@@ -160,14 +167,13 @@ fn names_in_creation(line: &str) -> (String, String) {
             let start = before
                 .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
                 .map_or(0, |j| j + 1);
-            before[start..]
-                .trim_start_matches("self.")
-                .split('.')
-                .next()
-                .unwrap_or("")
-                .to_owned()
+            let parts: Vec<&str> = before[start..].split('.').collect();
+            let cut = (1..parts.len())
+                .find(|&k| is_module(&parts[k..].join(".")))
+                .unwrap_or(parts.len());
+            parts[..cut].join(".")
         })
-        .filter(|r| is_name(r) && r != "self")
+        .filter(|r| is_name(r))
         .unwrap_or_else(|| "model".into());
     (opt_var, root)
 }
@@ -197,17 +203,36 @@ mod tests {
 
     #[test]
     fn the_fix_names_the_scripts_own_variables() {
+        let layers = |p: &str| ["encoder", "backbone", "backbone.layer1"].contains(&p);
         assert_eq!(
-            names_in_creation("    opt = torch.optim.Adam(net.parameters(), lr=lr)"),
+            names_in_creation(
+                "    opt = torch.optim.Adam(net.parameters(), lr=lr)",
+                layers
+            ),
             ("opt".into(), "net".into())
         );
         assert_eq!(
-            names_in_creation("    return torch.optim.SGD(groups, lr=base_lr)"),
+            names_in_creation("    return torch.optim.SGD(groups, lr=base_lr)", layers),
             ("optimizer".into(), "model".into())
         );
         assert_eq!(
-            names_in_creation("self.opt = AdamW(self.model.encoder.named_parameters())"),
-            ("self.opt".into(), "model".into())
+            names_in_creation(
+                "self.opt = AdamW(self.model.encoder.named_parameters())",
+                layers
+            ),
+            ("self.opt".into(), "self.model".into())
+        );
+        // A LightningModule's `configure_optimizers`: the model is `self`.
+        assert_eq!(
+            names_in_creation(
+                "        return torch.optim.Adam(self.encoder.parameters(), lr=1e-3)",
+                layers
+            ),
+            ("optimizer".into(), "self".into())
+        );
+        assert_eq!(
+            names_in_creation("opt = SGD(model.backbone.layer1.parameters())", layers),
+            ("opt".into(), "model".into())
         );
     }
 

@@ -26,7 +26,9 @@ pub mod inplace;
 use std::sync::Arc;
 
 use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
-use gradsleuth_model::capture::{CutRec, GraphNode, GraphRec, InplaceRec};
+use gradsleuth_model::capture::{
+    CutRec, GraphNode, GraphRec, InplaceRec, CHECKPOINT_OP, INSIDE_LIBRARY,
+};
 use gradsleuth_model::{Category, Related};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -174,12 +176,19 @@ pub struct OpLog<K, N> {
     /// Where the user's code last entered `torch.inference_mode()` during the step (the log
     /// sees no grad-mode op for it).
     inference_block: Option<Site>,
+    /// Reentrant checkpointed forwards running now whose inputs need no grad: where each was
+    /// called (innermost last).
+    checkpoint: Vec<Site>,
     step: u32,
     /// Ops recorded.
     pub ops: u64,
     /// Ops the log could not read (never raised to the user).
     pub errors: u64,
 }
+
+/// The related place of a cut made inside a reentrant checkpoint: where it was called.
+const CHECKPOINTED: &str =
+    "reentrant checkpointing runs this forward without recording: none of its inputs requires grad";
 
 fn has<T: PartialEq>(v: &[T], x: &T) -> bool {
     v.iter().any(|y| y == x)
@@ -220,6 +229,7 @@ impl<K, N> OpLog<K, N> {
             consumers: Default::default(),
             loss_rewraps: Vec::new(),
             inference_block: None,
+            checkpoint: Vec::new(),
             step,
             ops: 0,
             errors: 0,
@@ -257,6 +267,7 @@ impl<K, N> OpLog<K, N> {
         self.loss_taint.clear();
         self.loss_rewraps.clear();
         self.grad_off.clear();
+        self.checkpoint.clear();
         self.module_timeline.clear();
     }
 
@@ -290,6 +301,19 @@ impl<K, N> OpLog<K, N> {
         if let Some(s) = h.stack(1).into_iter().next() {
             self.inference_block = Some(s);
         }
+    }
+
+    /// A reentrant checkpointed forward starts (told by the tracer) and none of its inputs
+    /// requires grad: what runs inside records nothing, and its output has no history.
+    pub fn checkpoint_entered<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H) {
+        if let Some(s) = h.stack(1).into_iter().next() {
+            self.checkpoint.push(s);
+        }
+    }
+
+    /// The checkpointed forward [`OpLog::checkpoint_entered`] announced returned.
+    pub fn checkpoint_exited(&mut self) {
+        self.checkpoint.pop();
     }
 
     /// The grad mode when capture starts: a step that begins inside `no_grad`.
@@ -376,6 +400,12 @@ impl<K, N> OpLog<K, N> {
                 None => leaves.push(h.addr(t)),
                 Some(n) => nodes.push(n),
             }
+        }
+        let mut related = related;
+        if let Some(via) = site.as_ref().and_then(|s| s.via.as_deref()) {
+            // The cut ran inside a library the user's line called: that line is where the fix
+            // belongs, the library's line is where it happened.
+            related.push((via.clone(), INSIDE_LIBRARY));
         }
         let id = self.cuts.len() as u32;
         self.cuts.push(Cut {
@@ -549,6 +579,12 @@ impl<K, N> OpLog<K, N> {
                 Kind::ValueExit => Category::NumpyRoundtrip,
                 Kind::Construct => Category::Rewrap,
                 Kind::AutogradGrad => Category::CreateGraph,
+                _ if !grad_enabled && !self.checkpoint.is_empty() => {
+                    if let Some(s) = self.checkpoint.last() {
+                        related.push((s.clone(), CHECKPOINTED));
+                    }
+                    Category::NoGrad
+                }
                 _ if !grad_enabled => {
                     match (self.grad_off.last(), &self.inference_block) {
                         (Some(s), _) => {
@@ -573,7 +609,11 @@ impl<K, N> OpLog<K, N> {
             };
             let s = h.stack(1).into_iter().next();
             site = Some(s.clone());
-            taint.push(self.push_cut(h, &needs_grad, cut_kind, &name, s, related, false)?);
+            let op = match related.first() {
+                Some((_, m)) if *m == CHECKPOINTED => Arc::from(CHECKPOINT_OP),
+                _ => name.clone(),
+            };
+            taint.push(self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?);
         } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
             && out_needs_grad
             && !needs_grad.is_empty()

@@ -255,6 +255,9 @@ impl<'a> Checker<'a> {
                                     || ((n.starts_with("nn.") || n.starts_with("torch.nn."))
                                         && last.starts_with(|ch: char| ch.is_ascii_uppercase()))
                                     || self.module_classes.contains(&n)
+                                    // Lightning's module: an `nn.Module` whose
+                                    // `training_step` computes the loss.
+                                    || last == "LightningModule"
                                     || (has_forward
                                         && (!local.contains(last) || unknown_based.contains(last)))
                             })

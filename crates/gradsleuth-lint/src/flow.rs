@@ -303,6 +303,13 @@ impl<'a> Visitor<'a> for OptimizerArgs {
                     names.visit_expr(&k.value);
                 }
                 for n in names.0 {
+                    // `self.parameters()` hands over everything under `self` (a
+                    // LightningModule's `configure_optimizers`): its layers count as given.
+                    for suffix in [".parameters", ".named_parameters"] {
+                        if let Some(owner) = n.strip_suffix(suffix) {
+                            self.0.insert(format!("{owner}.*"));
+                        }
+                    }
                     let mut prefix = String::new();
                     for part in n.split('.') {
                         if !prefix.is_empty() {
@@ -389,6 +396,15 @@ impl<'a, 'c> Flow<'a, 'c> {
         flow.report()
     }
 
+    /// Whether an optimizer of the file is given `source`'s parameters: named itself, or
+    /// under an owner whose `parameters()` it is given (`self.encoder` under `self`).
+    fn is_optimized(&self, source: &str) -> bool {
+        self.optimized.contains(source)
+            || source
+                .match_indices('.')
+                .any(|(i, _)| self.optimized.contains(&format!("{}.*", &source[..i])))
+    }
+
     fn index_class(&mut self, c: &'a StmtClassDef) {
         let name = c.name.id.to_string();
         let is_module = self.ck.is_module_class(&name);
@@ -462,9 +478,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         for d in &self.backwards {
             for (source, cuts) in &d.cut {
                 let inference = source == INFERENCE && !self.optimized.is_empty();
-                if !inference
-                    && (live_anywhere.contains(source) || !self.optimized.contains(source))
-                {
+                if !inference && (live_anywhere.contains(source) || !self.is_optimized(source)) {
                     continue;
                 }
                 for c in cuts {
@@ -535,6 +549,13 @@ impl<'a, 'c> Flow<'a, 'c> {
             && class.is_some_and(|c| self.class_attrs.contains_key(c));
         if is_forward {
             self.forward_returns.push(ret.clone());
+        }
+        // A LightningModule's `training_step` returns the loss its trainer calls backward on
+        // (under manual optimization it returns nothing, and `manual_backward` is seen).
+        let is_training_step = f.name.id.as_str() == "training_step"
+            && class.is_some_and(|c| self.class_attrs.contains_key(c));
+        if is_training_step {
+            self.backwards.push(ret.clone());
         }
         self.in_progress.remove(&k);
         self.summaries.insert(k, ret.clone());
@@ -879,10 +900,19 @@ impl<'a, 'c> Flow<'a, 'c> {
                         || r.starts_with("torch.")
                         || r.starts_with("nn.")
                 });
+            // A framework's backward of a loss passed to it: Lightning's
+            // `self.manual_backward(loss)`, `accelerator.backward(loss)`, `fabric.backward(loss)`,
+            // DeepSpeed's `engine.backward(loss)` (for `loss.backward(gradient)` the argument
+            // adds only what the gradient depends on).
+            if self_attr && matches!(attr, "manual_backward" | "backward") {
+                let d = self.args(c, fr);
+                self.backwards.push(d);
+                return Deps::default();
+            }
             match if self_attr { "" } else { attr } {
                 "backward" if !namespace => {
-                    let d = self.expr(&a.value, fr);
-                    self.args(c, fr);
+                    let mut d = self.expr(&a.value, fr);
+                    d.union(self.args(c, fr));
                     self.backwards.push(d);
                     return Deps::default();
                 }

@@ -47,6 +47,29 @@ mod tests {
         assert!(codes(src).is_empty());
     }
 
+    const LIT: &str = "import lightning as L\nimport torch\nfrom torch import nn\n\nclass Lit(L.LightningModule):\n    def __init__(self):\n        super().__init__()\n        self.encoder = nn.Linear(8, 4)\n        self.decoder = nn.Linear(4, 8)\n\n";
+
+    #[test]
+    fn flags_a_detach_in_a_lightning_training_step() {
+        // training_step's return is the loss Lightning calls backward on; the optimizer
+        // over `self.parameters()` holds the encoder.
+        let src = format!("{LIT}    def training_step(self, batch, i):\n        z = self.encoder(batch).detach()\n        return ((self.decoder(z) - batch) ** 2).mean()\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.parameters())\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 12)]);
+        // Manual optimization: `self.manual_backward(loss)` is the backward.
+        let src = format!("{LIT}    def training_step(self, batch, i):\n        opt = self.optimizers()\n        z = self.encoder(batch).detach()\n        loss = ((self.decoder(z) - batch) ** 2).mean()\n        self.manual_backward(loss)\n        opt.step()\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.parameters())\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 13)]);
+        // Correct: quiet.
+        let src = format!("{LIT}    def training_step(self, batch, i):\n        return ((self.decoder(self.encoder(batch)) - batch) ** 2).mean()\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.parameters())\n");
+        assert!(codes(&src).is_empty());
+    }
+
+    #[test]
+    fn flags_a_detach_before_a_frameworks_backward() {
+        // accelerate / Fabric / DeepSpeed: the loss is the argument of `X.backward(loss)`.
+        let src = "import torch\nimport torch.nn as nn\n\nenc = nn.Linear(4, 2)\nhead = nn.Linear(2, 1)\nopt = torch.optim.Adam(list(enc.parameters()) + list(head.parameters()))\nfor x in data:\n    loss = head(enc(x).detach()).mean()\n    accelerator.backward(loss)\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 8)]);
+    }
+
     #[test]
     fn flags_a_detach_inside_the_loop_over_blocks() {
         // Statements of one iteration run in order: the last value of `x` is the cut one.

@@ -213,6 +213,18 @@ mod tests {
     }
 
     #[test]
+    fn a_lightning_configure_optimizers_over_one_submodule() {
+        let src = "import lightning as L\nimport torch\nfrom torch import nn\n\nclass Lit(L.LightningModule):\n    def __init__(self):\n        super().__init__()\n        self.encoder = nn.Linear(8, 4)\n        self.decoder = nn.Linear(4, 8)\n\n    def training_step(self, batch, i):\n        return ((self.decoder(self.encoder(batch)) - batch) ** 2).mean()\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.encoder.parameters())\n";
+        assert_eq!(codes(src), vec![("GS323".into(), 15)]);
+        // A GAN's two optimizers, one per network: fine.
+        let gan = src.replace(
+            "return torch.optim.Adam(self.encoder.parameters())",
+            "return [torch.optim.Adam(self.encoder.parameters()), torch.optim.Adam(self.decoder.parameters())]",
+        );
+        assert!(codes(&gan).is_empty());
+    }
+
+    #[test]
     fn an_optimizer_over_one_part_of_a_model_from_elsewhere() {
         let src = "import torch\nfrom torchvision.models import resnet18\n\nmodel = resnet18(num_classes=10)\noptimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)\nfor x, y in data:\n    loss = crit(model(x), y)\n    loss.backward()\n    optimizer.step()\n";
         assert_eq!(codes(src), vec![("GS323".into(), 5)]);

@@ -1,17 +1,20 @@
 """The frameworks users train with, unmodified: Lightning's Trainer (a LightningModule whose
 training_step calls its layers directly, manual optimization with two optimizers) and PEFT
-LoRA on a transformers model with gradient checkpointing. Also a cut inside an installed
-library, without any framework: the location is the user's line, the library's is related.
+LoRA on a transformers model with gradient checkpointing, a loop started by `accelerate
+launch` (observed in the worker it starts, through the bootstrap's `sitecustomize`). Also a cut
+inside an installed library, without any framework: the location is the user's line, the
+library's is related.
 
 Buggy scripts: the right category, exact parameter names (by the user's model, never a class
 name), the user's line. Controls: no warning and no error."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from conftest import run_json
+from conftest import BIN, report_of, run_gradsleuth, run_json
 
 HERE = Path(__file__).resolve().parent / "frameworks"
 
@@ -141,3 +144,47 @@ def test_a_cut_inside_an_installed_library_is_located_at_the_users_call(tmp_path
     [r] = f["related"]
     assert r["location"]["file"].endswith("blocklib/__init__.py")
     assert r["location"]["snippet"].strip() == "h = h.detach()"
+
+
+def _launched(tmp_path, *command, cwd, env=None):
+    """`gradsleuth run --format json -- COMMAND...` with the virtualenv's programs on PATH."""
+    out = tmp_path / "report.json"
+    full_env = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+    proc = run_gradsleuth("run", "--format", "json", "--out", out, "--", *command, cwd=cwd, env=full_env)
+    return proc, (report_of(out.read_text()) if out.exists() else None)
+
+
+def test_a_job_started_by_accelerate_launch_is_observed_in_its_worker(tmp_path):
+    proc, report = _launched(
+        tmp_path, "accelerate", "launch", "--cpu", "--num_processes", "1", "accelerate_detach.py", cwd=HERE
+    )
+    assert report is not None, proc.stderr[-3000:]
+    assert report["steps_observed"] == 3
+    [f] = _loud(report)
+    assert f["category"] == "detach" and sorted(f["params"]) == ["encoder.0.bias", "encoder.0.weight"]
+    assert f["location"]["file"] == "accelerate_detach.py" and f["location"]["line"] == 15
+
+
+def test_a_python_command_keeps_the_sitecustomize_it_hides(tmp_path):
+    own = tmp_path / "site"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['USER_SITECUSTOMIZE_RAN'] = '1'\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\nimport torch\n"
+        "assert os.environ.get('USER_SITECUSTOMIZE_RAN') == '1', 'the user sitecustomize did not run'\n"
+        "w = torch.nn.Linear(3, 1)\nopt = torch.optim.SGD(w.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    loss = w(torch.randn(4, 3)).detach().sum() + w.bias.pow(2).sum()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    proc, report = _launched(tmp_path, "python", "train.py", cwd=tmp_path, env={"PYTHONPATH": str(own)})
+    assert report is not None and proc.returncode == 1, proc.stderr[-3000:]
+    assert [f["params"] for f in _loud(report)] == [["weight"]], report["findings"]
+
+
+def test_a_command_without_a_script_is_a_clear_usage_error(tmp_path):
+    proc, report = _launched(tmp_path, "env", "true", cwd=tmp_path)
+    assert proc.returncode == 2 and report is None
+    assert "cannot tell which script `env` runs" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -6,6 +6,9 @@ by `gradsleuth run`, read as `_core.RunConfig`). The capture goes to its path wh
 ends and again when the script ends (with its exception, if any). The script's traceback is
 printed as Python would print it, without gradsleuth's or runpy's frames.
 
+A job another program starts (`gradsleuth run -- accelerate launch ... train.py`) is traced
+through `activate`, which the bootstrap folder's `sitecustomize` calls in every interpreter.
+
 Under torch.distributed's launcher every rank runs this: `{rank}` in the capture path is
 replaced by the rank, the capture records rank and world size, and it is rewritten at each
 phase of the observed steps, so a rank that hangs or is killed still tells where it was.
@@ -83,15 +86,8 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"gradsleuth: error: {e}", file=sys.stderr)
         return 2
-    capture_path = config.capture
     dist_env = _dist_env()
-    if capture_path and "{rank}" in capture_path:
-        capture_path = capture_path.replace("{rank}", str(dist_env[0] if dist_env else 0))
-    steps = config.steps
-    stop_after = config.stop_after
-    deep_all = config.deep
-    watching = config.watch
-    tensorboard = config.tensorboard
+    capture_path = _capture_path(config, dist_env)
     module: str | None = None
     script: str | None
     if argv[:1] == ["-m"] and len(argv) > 1:
@@ -107,20 +103,14 @@ def main(argv: list[str]) -> int:
 
     from gradsleuth._core import Recorder
 
-    rec = Recorder("run", steps, script or f"-m {module}", args)
+    rec = Recorder("run", config.steps, script or f"-m {module}", args)
     if dist_env is not None:
         import socket
 
         rec.set_dist(dist_env[0], dist_env[1], dist_env[2], socket.gethostname())
         signal.signal(signal.SIGTERM, _on_sigterm)
 
-    def save():
-        if capture_path:
-            try:
-                rec.save(capture_path)
-            except OSError as e:
-                print(f"gradsleuth: cannot save the capture: {e}", file=sys.stderr)
-
+    save = _saver(rec, capture_path)
     code_obj = None
     if script is not None:
         try:
@@ -137,38 +127,7 @@ def main(argv: list[str]) -> int:
             print(f"gradsleuth: error: cannot read {script}: {e}", file=sys.stderr)
             return 2
 
-    tracer = None
-    watch = None
-    try:
-        import torch  # noqa: F401 - installs the tracer's hooks before the script imports it
-
-        from gradsleuth._tracer import Tracer
-
-        def on_done(_t):
-            save()
-            if stop_after:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
-
-        tracer = Tracer(
-            rec, steps, on_done=on_done, deep_all=deep_all, on_progress=(lambda _t: save()) if dist_env else None
-        )
-        if watching:
-            # Started first: the tracer removes its optimizer hooks from inside one when its
-            # observation ends, which is only safe for the last hook of torch's hook dict.
-            from gradsleuth._watch import Watch
-
-            def roots(t=tracer):
-                return [r() for r in t._roots.values() if r() is not None]
-
-            watch = Watch(roots=roots, log_dir=tensorboard)
-            watch.tracer = tracer
-            tracer.on_root = watch.root_seen
-            watch.start()
-        tracer.start()
-    except ImportError as e:
-        rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
+    tracer, watch = _start(rec, config, dist_env, save)
 
     code = 0
     try:
@@ -218,17 +177,132 @@ def main(argv: list[str]) -> int:
         _finish(tracer)
         code = 1
     finally:
-        _finish(tracer)
-        if watch is not None:
-            watch.close()
-            watch.attach(rec)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        save()
+        _end(rec, tracer, watch, save)
         if dist_env is not None:
             # From here on a SIGTERM only ends the process (as it would without gradsleuth).
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return code
+
+
+def _capture_path(config, dist_env) -> str | None:
+    path = config.capture
+    if path:
+        path = path.replace("{rank}", str(dist_env[0] if dist_env else _local_rank()))
+        path = path.replace("{pid}", str(os.getpid()))
+    return path
+
+
+def _local_rank() -> int:
+    local = os.environ.get("LOCAL_RANK", "")
+    return int(local) if local.isdigit() else 0
+
+
+def _saver(rec, capture_path):
+    def save():
+        if capture_path:
+            try:
+                rec.save(capture_path)
+            except OSError as e:
+                print(f"gradsleuth: cannot save the capture: {e}", file=sys.stderr)
+
+    return save
+
+
+def _start(rec, config, dist_env, save):
+    """Starts the tracer (and `watch` when asked) as the configuration says: (tracer, watch),
+    None for what could not start."""
+    tracer = None
+    watch = None
+    try:
+        import torch  # noqa: F401 - installs the tracer's hooks before the script imports it
+
+        from gradsleuth._tracer import Tracer
+
+        def on_done(_t):
+            save()
+            if config.stop_after:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+
+        tracer = Tracer(
+            rec,
+            config.steps,
+            on_done=on_done,
+            deep_all=config.deep,
+            on_progress=(lambda _t: save()) if dist_env else None,
+        )
+        if config.watch:
+            # Started first: the tracer removes its optimizer hooks from inside one when its
+            # observation ends, which is only safe for the last hook of torch's hook dict.
+            from gradsleuth._watch import Watch
+
+            def roots(t=tracer):
+                return [r() for r in t._roots.values() if r() is not None]
+
+            watch = Watch(roots=roots, log_dir=config.tensorboard)
+            watch.tracer = tracer
+            tracer.on_root = watch.root_seen
+            watch.start()
+        tracer.start()
+    except ImportError as e:
+        rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
+    return tracer, watch
+
+
+def _end(rec, tracer, watch, save):
+    _finish(tracer)
+    if watch is not None:
+        watch.close()
+        watch.attach(rec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    save()
+
+
+def activate() -> bool:
+    """The bootstrap's entry (`_bootstrap/sitecustomize.py`), in every interpreter of a job
+    another program starts (`gradsleuth run -- accelerate launch ... train.py`): when this
+    interpreter's main script is the job's training script, the tracer starts before the
+    script runs, an uncaught exception is recorded as the script's error, and the capture is
+    saved when the interpreter exits. True when it started."""
+    import atexit
+
+    from gradsleuth._core import RUN_CONFIG_ENV, RunConfig
+
+    path = os.environ.get(RUN_CONFIG_ENV)
+    main_file = sys.argv[0] if sys.argv else ""
+    if not path or not main_file or main_file.startswith("-"):
+        return False
+    config = RunConfig.load(path)
+    if not config.script or os.path.realpath(main_file) != os.path.realpath(config.script):
+        return False
+    dist_env = _dist_env()
+
+    from gradsleuth._core import Recorder
+
+    rec = Recorder("run", config.steps, main_file, sys.argv[1:])
+    if dist_env is not None:
+        import socket
+
+        rec.set_dist(dist_env[0], dist_env[1], dist_env[2], socket.gethostname())
+    save = _saver(rec, _capture_path(config, dist_env))
+    tracer, watch = _start(rec, config, dist_env, save)
+    previous = sys.excepthook
+
+    def excepthook(kind, e, tb):
+        try:
+            record_error(rec, e)
+            # While the traceback (and so the frames holding the model) is alive.
+            _finish(tracer)
+        except Exception:  # noqa: BLE001 - the user's traceback is printed whatever happens
+            pass
+        previous(kind, e, tb)
+
+    sys.excepthook = excepthook
+    # Registered first, so it runs after the script's own exit handlers.
+    atexit.register(_end, rec, tracer, watch, save)
+    return True
 
 
 if __name__ == "__main__":

@@ -27,6 +27,11 @@ pub struct RunConfig {
     pub watch: bool,
     /// TensorBoard event files go here (absolute).
     pub tensorboard: Option<String>,
+    /// When another program starts the job (`gradsleuth run -- accelerate launch ...
+    /// train.py`): the training script (absolute). Every interpreter of the job whose main
+    /// script is this file starts the tracer itself (the bootstrap's `sitecustomize`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -39,6 +44,7 @@ impl Default for RunConfig {
             deep: false,
             watch: false,
             tensorboard: None,
+            script: None,
         }
     }
 }

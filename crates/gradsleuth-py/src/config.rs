@@ -13,6 +13,7 @@ pub struct RunConfig {
     deep: bool,
     watch: bool,
     tensorboard: Option<String>,
+    script: Option<String>,
 }
 
 impl From<gradsleuth_model::RunConfig> for RunConfig {
@@ -24,6 +25,7 @@ impl From<gradsleuth_model::RunConfig> for RunConfig {
             deep: c.deep,
             watch: c.watch,
             tensorboard: c.tensorboard,
+            script: c.script,
         }
     }
 }

@@ -114,9 +114,63 @@ fn launcher_args(args: &RunArgs) -> Result<Option<Vec<String>>, CliError> {
     Ok(Some(out))
 }
 
+/// A program that starts the training script itself (`accelerate launch ... train.py`,
+/// `lightning run model train.py`, `deepspeed train.py`, `python train.py`): the program found
+/// on PATH and the script among its arguments. None when the command is a script (or absent).
+fn launched_script(args: &RunArgs) -> Result<Option<(PathBuf, PathBuf)>, CliError> {
+    if args.module.is_some() {
+        return Ok(None);
+    }
+    let Some(first) = args.command.first() else {
+        return Ok(None);
+    };
+    if Path::new(first).is_file() {
+        return Ok(None);
+    }
+    let Some(program) = on_path(first) else {
+        return Ok(None);
+    };
+    let script = args.command[1..]
+        .iter()
+        .find(|a| a.ends_with(".py") && Path::new(a).is_file())
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "cannot tell which script `{first}` runs: give the training script's path (a .py file) among its arguments"
+            ))
+        })?;
+    let script = std::path::absolute(script).unwrap_or_else(|_| PathBuf::from(script));
+    Ok(Some((program, script)))
+}
+
+/// `name` as the shell would find it: a path with a slash as given, else the first executable
+/// file of that name on PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Path::new(name).is_file().then(|| PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                p.metadata()
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            }
+            #[cfg(not(unix))]
+            {
+                p.is_file()
+            }
+        })
+}
+
 pub fn run(args: RunArgs) -> Result<i32, CliError> {
     if let Some(launcher) = launcher_args(&args)? {
         return run_distributed(&args, launcher);
+    }
+    if let Some((program, script)) = launched_script(&args)? {
+        return run_launched(&args, &program, &script);
     }
     let (target, script_args) =
         match (&args.module, args.command.split_first()) {
@@ -185,12 +239,17 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
             ..Default::default()
         });
     }
+    if capture.target.script.is_none() {
+        capture.target.script = Some(target);
+    }
+    single(&args, capture, script_code)
+}
+
+/// One process's capture: saved if asked, analysed, reported; the script's exit code wins.
+fn single(args: &RunArgs, capture: Capture, script_code: i32) -> Result<i32, CliError> {
     if let Some(save) = &args.save_capture {
         std::fs::write(save, capture.to_json())
             .map_err(|e| CliError::Io(format!("cannot write {}: {e}", save.display())))?;
-    }
-    if capture.target.script.is_none() {
-        capture.target.script = Some(target);
     }
     let report = gradsleuth_analysis::analyze_annotated(&capture, gradsleuth_lint::cross_reference);
     let code = args.output.emit_full(&report, &[], Some(&capture))?;
@@ -273,6 +332,46 @@ fn spawn_and_wait(
     }
 }
 
+/// A job another program starts: the program runs as given, with the bootstrap folder first
+/// on PYTHONPATH; every interpreter of the job that runs `script` (the program's own child, a
+/// launcher's ranks, a script that re-executes itself per rank) starts the tracer and writes
+/// its capture, and the captures are merged as a distributed run's are.
+fn run_launched(args: &RunArgs, program: &Path, script: &Path) -> Result<i32, CliError> {
+    let dir = tempfile::tempdir()
+        .map_err(|e| CliError::Io(format!("cannot create a temporary directory: {e}")))?;
+    let pattern = dir.path().join("pid{pid}-rank{rank}.json");
+    let mut cmd = Command::new(program);
+    cmd.args(&args.command[1..]);
+    configure(&mut cmd, args, &pattern)?;
+    // The configuration names the script the job's interpreters look for.
+    let config_path = pattern.with_file_name("gradsleuth-run.config");
+    let mut config = std::fs::read_to_string(&config_path)
+        .ok()
+        .and_then(|t| gradsleuth_model::RunConfig::from_json(&t).ok())
+        .unwrap_or_default();
+    config.script = Some(script.to_string_lossy().into_owned());
+    std::fs::write(&config_path, config.to_json())
+        .map_err(|e| CliError::Io(format!("cannot write {}: {e}", config_path.display())))?;
+    let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") else {
+        return Err(CliError::Usage(
+            "running a launcher command needs the gradsleuth package: start gradsleuth from its Python installation (`gradsleuth` or `python -m gradsleuth`)".into(),
+        ));
+    };
+    let mut paths = vec![
+        Path::new(&pkg).join("gradsleuth").join("_bootstrap"),
+        PathBuf::from(&pkg),
+    ];
+    if let Some(old) = std::env::var_os("PYTHONPATH") {
+        paths.extend(std::env::split_paths(&old));
+    }
+    if let Ok(joined) = std::env::join_paths(paths) {
+        cmd.env("PYTHONPATH", joined);
+    }
+    let (status, timed_out) = spawn_and_wait(&mut cmd, program, args.timeout)?;
+    let what = format!("`{}`", args.command.join(" "));
+    collect(args, &dir, status, timed_out, &what)
+}
+
 /// A distributed run: the launcher, every rank's capture, one merged report.
 fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliError> {
     let dir = tempfile::tempdir()
@@ -283,6 +382,17 @@ fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliErro
     cmd.arg("-m").arg("gradsleuth._launch").args(&launcher);
     configure(&mut cmd, args, &pattern)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
+    collect(args, &dir, status, timed_out, "the distributed job")
+}
+
+/// The captures a job's processes left in `dir`, merged into one report.
+fn collect(
+    args: &RunArgs,
+    dir: &tempfile::TempDir,
+    status: std::process::ExitStatus,
+    timed_out: bool,
+    what: &str,
+) -> Result<i32, CliError> {
     let launcher_code = if timed_out {
         124
     } else {
@@ -291,10 +401,18 @@ fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliErro
     let files = crate::cmd::report::capture_files(&[dir.path().to_path_buf()]).unwrap_or_default();
     if files.is_empty() {
         eprintln!(
-            "gradsleuth: error: the distributed job ended ({}) before any rank started under gradsleuth; see its output above",
+            "gradsleuth: error: {what} ended ({}) before any process of it started under gradsleuth; see its output above",
             describe_status(&status)
         );
         return Ok(if launcher_code == 0 { 2 } else { launcher_code });
+    }
+    if files.len() == 1 && args.nproc_per_node.is_none() {
+        // One process of the job ran the script (a launcher's single worker): its own report.
+        if let Ok(capture) = crate::cmd::report::load(&files[0]) {
+            if capture.dist.is_none() {
+                return single(args, capture, launcher_code);
+            }
+        }
     }
     let mut merger = gradsleuth_analysis::merge::Merger::new(args.nproc_per_node.unwrap_or(0))
         .annotated(gradsleuth_lint::cross_reference);

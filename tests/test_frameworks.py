@@ -188,3 +188,27 @@ def test_a_command_without_a_script_is_a_clear_usage_error(tmp_path):
     assert proc.returncode == 2 and report is None
     assert "cannot tell which script `env` runs" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "script", ["hf_trainer_accumulation_control.py", "lightning_validation_accumulation_control.py"]
+)
+def test_framework_controls_are_quiet(tmp_path, script):
+    # Run from a copy: the frameworks write their output folders next to the script.
+    copy = tmp_path / script
+    copy.write_text((HERE / script).read_text())
+    report = _run(tmp_path, copy)
+    assert not _loud(report), report["findings"]
+    assert report["steps_observed"] == 3
+    assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
+
+
+def test_hf_trainer_checkpointing_from_training_arguments(tmp_path):
+    copy = tmp_path / "hf_trainer_peft_reentrant_checkpointing.py"
+    copy.write_text((HERE / copy.name).read_text())
+    report = _run(tmp_path, copy)
+    [f] = _loud(report)
+    assert f["category"] == "no_grad" and len(f["params"]) == 8
+    assert all(".lora_" in p for p in f["params"])
+    # The TrainingArguments line that turned checkpointing on.
+    assert "gradient_checkpointing=True" in f["location"]["snippet"]

@@ -254,3 +254,5 @@ def test_compiled_submodule_is_reported_not_broken(tmp_path):
     report = report_of(proc.stdout[proc.stdout.index("{") :])
     assert any(f["code"] == "GS191" for f in report["findings"])
     assert all(f["severity"] == "info" for f in report["findings"])
+    # Named as the user's model names them, not through torch.compile's wrapper.
+    assert not any("_orig_mod" in p["name"] for p in report["parameters"]), report["parameters"]

@@ -41,13 +41,14 @@ def test_a_module_used_on_one_rank_only_is_located_at_its_branch():
     (steps,) = [x for x in report["findings"] if x["code"] == "GS132"]
     assert steps["message"] == "steps observed per rank: ranks 0-1: 3" and steps["severity"] == "info"
     assert f["category"] == "rank_divergence"
-    assert f["params"] == ["module.aux.weight", "module.aux.bias"]
+    # Named as in the user's model: DDP's `module.` prefix taken off.
+    assert f["params"] == ["aux.weight", "aux.bias"]
     assert f["ranks"] == [1]
     assert f["location"]["line"] == 27 and "if (y == RARE).any():" in f["location"]["snippet"]
     assert f["related"][0]["location"]["line"] == 28
     assert "ran on rank(s) 0 and never on rank(s) 1" in f["message"]
     # With find_unused_parameters=True DDP averages the head's gradient: it still learns.
-    assert {p["name"]: p["status"] for p in report["parameters"]}["module.aux.weight"] == "learning"
+    assert {p["name"]: p["status"] for p in report["parameters"]}["aux.weight"] == "learning"
     assert len(report["parameters"]) == 8
     assert proc.returncode == 1
 

@@ -63,6 +63,8 @@ def test_peft_adapters_cut_off_by_reentrant_checkpointing(tmp_path):
     assert f["category"] == "no_grad" and f["code"] == "GS203"
     lora = sorted(p["name"] for p in report["parameters"] if ".lora_" in p["name"])
     assert len(lora) == 8 and sorted(f["params"]) == lora
+    # Named inside the user's ViT: PEFT's `base_model.model.` wrapper prefix taken off once.
+    assert lora[0].startswith("vit.layers.0.attention."), lora
     # At the user's line that turned checkpointing on, not inside transformers or peft.
     assert f["location"]["file"] == "peft_vit_reentrant_checkpointing.py"
     assert "gradient_checkpointing_enable" in f["location"]["snippet"]

@@ -688,12 +688,14 @@ class Tracer:
 
     def _scan(self, root, rkey, prefix, hook):
         rec = self.rec
+        strip = unwrapped_name(root)
         names: dict[int, str] = {}
         owner_of: dict[int, int] = {}
         rebuilt = self._rebuilt()
         skip_params: set[int] = set()
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
+            mname = strip(mname)
             if mkey in rebuilt:
                 # The latest copy of a layer rebuilt in forward: it stays reported as such,
                 # named where the model registers it.
@@ -704,7 +706,7 @@ class Tracer:
             names[id(m)] = mname
             self._known_modules.add(mkey)
             parent_name, _, attr = mname.rpartition(".")
-            parent = None if m is root else self.key(root.get_submodule(parent_name)) if parent_name else rkey
+            parent = None if m is root else self._parent_key(root, m, rkey)
             rec.module(
                 key=mkey,
                 class_=type(m).__name__,
@@ -724,14 +726,23 @@ class Tracer:
                 continue
             tkey = self.key(p)
             attr = pname.rpartition(".")[2]
-            self._tensor(p, tkey, prefix + pname, TensorKind.PARAM, owner_of.get(id(p)), attr, hook)
+            self._tensor(p, tkey, prefix + strip(pname), TensorKind.PARAM, owner_of.get(id(p)), attr, hook)
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
+            mname = strip(mname)
             for bname, b in m._buffers.items():
                 if b is not None and (b.requires_grad or isinstance(b, nn.Parameter)):
                     qual = f"{mname}.{bname}" if mname else bname
                     self._tensor(b, self.key(b), prefix + qual, TensorKind.BUFFER, mkey, bname, hook)
             self._scan_attributes(m, mkey, rkey, prefix + (mname + "." if mname else ""), names, hook)
+
+    def _parent_key(self, root, m, rkey):
+        """The key of the module that registers `m` inside `root` (found by identity: names
+        may have a wrapper's prefix taken off)."""
+        for parent in root.modules():
+            if any(c is m for c in parent._modules.values()):
+                return rkey if parent is root else self.key(parent)
+        return rkey
 
     def _scan_attributes(self, m, mkey, rkey, qual, names, hook):
         for attr, value in vars(m).items():
@@ -1273,6 +1284,51 @@ def _leaf_behind(t):
         nxt = [n for n, _ in node.next_functions if n is not None]
         node = nxt[0] if nxt else None
     return None
+
+
+# Wrappers around the user's model and the attribute that holds it: DDP / DataParallel's
+# `module`, `torch.compile`'s `_orig_mod`, FSDP1's `_fsdp_wrapped_module`, PEFT's
+# `base_model.model`. Names are the user's model's own, the wrappers' prefix taken off once.
+_WRAPPERS = {
+    "DistributedDataParallel": "module",
+    "DataParallel": "module",
+    "OptimizedModule": "_orig_mod",
+    "FullyShardedDataParallel": "_fsdp_wrapped_module",
+}
+
+
+def wrapper_prefix(module) -> str:
+    """The dotted path (with a trailing dot) from `module` through the wrappers around the
+    user's model, or "" when `module` wraps nothing."""
+    prefix = ""
+    for _ in range(8):
+        cls = type(module).__name__
+        attr = _WRAPPERS.get(cls)
+        inner = None
+        if attr is not None:
+            inner = getattr(module, attr, None)
+        elif cls.startswith("PeftModel"):
+            attr = "base_model.model"
+            inner = getattr(getattr(module, "base_model", None), "model", None)
+        if attr is None or not isinstance(inner, nn.Module):
+            break
+        prefix += attr + "."
+        module = inner
+    return prefix
+
+
+def unwrapped_name(root) -> Callable[[str], str]:
+    """Renames a dotted name inside `root` as inside the model its wrappers hold."""
+    wrap = wrapper_prefix(root)
+    if not wrap:
+        return lambda n: n
+
+    def strip(name: str) -> str:
+        if name.startswith(wrap):
+            return name[len(wrap) :]
+        return "" if name + "." == wrap else name
+
+    return strip
 
 
 def _owner_model(module, frame):

@@ -31,7 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gradsleuth._core import graph_nodes, sequence_index, singular_condition, singular_reason, walk
-from gradsleuth._tracer import site_of
+from gradsleuth._tracer import site_of, unwrapped_name
 
 
 def _flat_tensors(obj, out=None):
@@ -580,8 +580,9 @@ class Watch:
         models = self._models_now()
         for i, m in enumerate(models):
             prefix = f"{i}:" if len(models) > 1 else ""
+            strip = unwrapped_name(m)
             for n, p in m.named_parameters():
-                names.setdefault(id(p), prefix + n)
+                names.setdefault(id(p), prefix + strip(n))
             self._hook_model(m)
         params = [p for g in opt.param_groups for p in g["params"]]
         labels = []

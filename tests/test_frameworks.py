@@ -214,3 +214,38 @@ def test_hf_trainer_checkpointing_from_training_arguments(tmp_path):
     assert all(".lora_" in p for p in f["params"])
     # The TrainingArguments line that turned checkpointing on.
     assert "gradient_checkpointing=True" in f["location"]["snippet"]
+
+
+def _plain(tmp_path, script):
+    """Runs a copy of `script` with plain python (no gradsleuth command) in `tmp_path`."""
+    import subprocess
+    import sys
+
+    copy = tmp_path / script
+    copy.write_text((HERE / script).read_text())
+    return subprocess.run(
+        [sys.executable, copy.name], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_hugging_face_callback_reports_into_the_output_folder(tmp_path):
+    proc = _plain(tmp_path, "hf_callback_peft_checkpointing.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "error[GS203] no_grad" in proc.stdout  # printed when the observed steps end
+    report = report_of((tmp_path / "out" / "gradsleuth-report.json").read_text())
+    assert (tmp_path / "out" / "gradsleuth-report.html").read_text().lower().startswith("<!doctype html>")
+    [f] = _loud(report)
+    assert f["category"] == "no_grad" and len(f["params"]) == 8
+    assert all(p.startswith("vit.layers.") and ".lora_" in p for p in f["params"]), f["params"]
+    assert "gradient_checkpointing=True" in f["location"]["snippet"]
+
+
+def test_the_lightning_callback_reports_into_the_root_folder(tmp_path):
+    proc = _plain(tmp_path, "lightning_callback_detach.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = report_of((tmp_path / "lightning_out" / "gradsleuth-report.json").read_text())
+    [f] = _loud(report)
+    assert f["category"] == "detach" and sorted(f["params"]) == ["encoder.0.bias", "encoder.0.weight"]
+    lines = (HERE / "lightning_callback_detach.py").read_text().splitlines()
+    assert f["location"]["line"] == 1 + next(i for i, t in enumerate(lines) if ".detach()" in t)
+    assert report["steps_observed"] == 3

@@ -116,15 +116,64 @@ fn run(ctx: &Context) -> Vec<Finding> {
             CHECK
                 .finding(
                     Severity::Info,
-                    format!(
-                        "{what} {are} frozen and left out of the optimizer (deliberate freezing)."
-                    ),
+                    match trained_summary(ctx).filter(|_| modules.len() > 4) {
+                        // A large frozen base (a backbone, a model with adapters): what
+                        // trains says more than the list of what does not.
+                        Some(trains) => format!(
+                            "{what} {are} frozen and left out of the optimizer (deliberate freezing); what trains: {trains}."
+                        ),
+                        None => format!(
+                            "{what} {are} frozen and left out of the optimizer (deliberate freezing)."
+                        ),
+                    },
                 )
                 .at(froze.or(loc))
         };
         out.push(finding.params(names));
     }
     out
+}
+
+/// The trainable parameters in a few words: their modules' names with layer indices folded
+/// (`vit.layers.*.attention.q_proj.lora_A.default`), at most 4, and how many parameters.
+fn trained_summary(ctx: &Context) -> Option<String> {
+    let mut patterns: Vec<String> = Vec::new();
+    let mut count = 0;
+    for (t, _) in trainable_params(ctx) {
+        count += 1;
+        let module = t.name.rsplit_once('.').map_or("", |(m, _)| m);
+        let folded: Vec<&str> = module
+            .split('.')
+            .map(|part| {
+                if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+                    "*"
+                } else {
+                    part
+                }
+            })
+            .collect();
+        let p = if module.is_empty() {
+            t.name.clone()
+        } else {
+            folded.join(".")
+        };
+        if !patterns.contains(&p) {
+            patterns.push(p);
+        }
+    }
+    if count == 0 {
+        return None;
+    }
+    let shown: Vec<String> = patterns.iter().take(4).map(|p| format!("`{p}`")).collect();
+    let more = match patterns.len() {
+        n if n > 4 => format!(" and {} more", n - 4),
+        _ => String::new(),
+    };
+    Some(format!(
+        "{}{more} ({})",
+        shown.join(", "),
+        plural(count, "parameter")
+    ))
 }
 
 /// The line that froze most of `keys` (where `requires_grad` was set to False), if seen.
@@ -172,6 +221,55 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn a_large_frozen_base_says_what_trains() {
+        // Six frozen blocks, adapters in two of them and the healthy model's layers train.
+        let mut s = healthy(2);
+        for i in 0..6u64 {
+            s.module(
+                30 + i,
+                "Linear",
+                &format!("blocks.{i}.proj"),
+                Some(1),
+                ModuleKind::Registered,
+                2,
+            );
+            s.param(40 + i, &format!("blocks.{i}.proj.weight"), 30 + i)
+                .requires_grad = false;
+        }
+        for i in 0..2u64 {
+            s.module(
+                50 + i,
+                "Linear",
+                &format!("blocks.{i}.adapter"),
+                Some(1),
+                ModuleKind::Registered,
+                2,
+            );
+            s.param(60 + i, &format!("blocks.{i}.adapter.weight"), 50 + i);
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].message.contains("and 2 more modules (6 parameters)"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].message.contains("what trains: "), "{}", f[0].message);
+        // Layer indices folded: one pattern for both adapters.
+        assert_eq!(
+            f[0].message.matches("`blocks.*.adapter`").count(),
+            1,
+            "{}",
+            f[0].message
+        );
+        // A small frozen set keeps the short form.
+        assert!(!with_backbone(false).run(&CHECK)[0]
+            .message
+            .contains("what trains"));
     }
 
     #[test]

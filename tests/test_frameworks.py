@@ -249,3 +249,32 @@ def test_the_lightning_callback_reports_into_the_root_folder(tmp_path):
     lines = (HERE / "lightning_callback_detach.py").read_text().splitlines()
     assert f["location"]["line"] == 1 + next(i for i, t in enumerate(lines) if ".detach()" in t)
     assert report["steps_observed"] == 3
+
+
+def test_watch_locates_a_nan_born_inside_an_installed_library_where_it_happens(tmp_path):
+    # The NaN's origin is found by replaying the step from gradsleuth's code: there is no user
+    # line around the op then, and the library's line is where it happens.
+    lib = tmp_path / "site-packages" / "nanlib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass LogLayer(nn.Module):\n"
+        "    def __init__(self, d):\n        super().__init__()\n        self.lin = nn.Linear(d, d)\n\n"
+        "    def forward(self, x):\n        return torch.log(self.lin(x))\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\nimport sys\n\n"
+        "sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'site-packages'))\n"
+        "import torch\nfrom nanlib import LogLayer\nfrom torch import nn\n\n"
+        "torch.manual_seed(0)\nmodel = nn.Sequential(LogLayer(4), nn.Linear(4, 1))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(6):\n"
+        "    x = torch.randn(8, 4) if step == 4 else torch.rand(8, 4) + 5\n"
+        "    with torch.no_grad():\n        model[0].lin.bias.fill_(10.0 if step != 4 else -100.0)\n"
+        "    loss = model(x).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    proc, report = run_json(script.name, cwd=tmp_path, tmp_path=tmp_path, extra=("--watch",))
+    assert report is not None, proc.stderr[-3000:]
+    [f] = [f for f in report["findings"] if f["code"] == "GS140"]
+    assert f["location"]["file"].endswith("nanlib/__init__.py"), f["location"]
+    assert f["location"]["snippet"].strip() == "return torch.log(self.lin(x))"

@@ -49,6 +49,11 @@ def site_of(frame):
     return _FRAMES.site(frame) if frame is not None else (None, None, None)
 
 
+def op_site_of(frame):
+    """Where an op ran: the innermost frame of the user's or an installed library's code."""
+    return _FRAMES.inner_site(frame) if frame is not None else (None, None, None)
+
+
 def multiprocessing_method() -> str:
     import multiprocessing
 

@@ -31,7 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gradsleuth._core import graph_nodes, sequence_index, singular_condition, singular_reason, walk
-from gradsleuth._tracer import site_of, unwrapped_name
+from gradsleuth._tracer import op_site_of, unwrapped_name
 
 
 def _flat_tensors(obj, out=None):
@@ -173,7 +173,7 @@ class _FindMode(TorchFunctionMode):
                 node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
                 if not any(_has_nan(t) for t in ins) and (node is None or self._reached(node) is not False):
                     stats = [_stats(t) for t in ins if t.is_floating_point()][:6]
-                    self.stopped = ("forward", _op_name(func), site_of(sys._getframe(1)), stats)
+                    self.stopped = ("forward", _op_name(func), op_site_of(sys._getframe(1)), stats)
                     raise _Stop
         elif self.unused:
             for t in _flat_tensors((args, kwargs)):
@@ -192,7 +192,7 @@ class _FindMode(TorchFunctionMode):
         if not why or _upstream_leaves(node) & self.params != self.nan_params or not self._reached(node):
             return
         stats = [_stats(t) for t in tensors if t.is_floating_point()][:6]
-        self.stopped = ("singular", name, site_of(frame), type(node).__name__, why, stats)
+        self.stopped = ("singular", name, op_site_of(frame), type(node).__name__, why, stats)
         raise _Stop
 
     def _reached(self, node) -> bool | None:
@@ -224,7 +224,7 @@ class _NanMode(TorchFunctionMode):
         outs = _flat_tensors(out)
         if not outs or seq is None:
             return out
-        self.ops.append((func, site_of(sys._getframe(1)), (args, kwargs), outs))
+        self.ops.append((func, op_site_of(sys._getframe(1)), (args, kwargs), outs))
         self.seqs.append(seq)
         return out
 
@@ -351,7 +351,7 @@ class _LossProbe(TorchFunctionMode):
                 found = _singular_count(_op_name(func), _flat_tensors((args, kwargs)), (args, kwargs)) if outs else None
                 if found is not None:
                     node = type(outs[0].grad_fn).__name__
-                    self.ops.append((_op_name(func), site_of(sys._getframe(1)), node, *found))
+                    self.ops.append((_op_name(func), op_site_of(sys._getframe(1)), node, *found))
             except Exception:  # noqa: BLE001 - never break the user's loss
                 pass
         return out

@@ -137,6 +137,26 @@ impl Frames {
         }
     }
 
+    /// `(file, line, function)` of the innermost frame at or above `frame` that is the user's
+    /// or an installed library's (not torch's or gradsleuth's): where an op actually ran, for
+    /// `watch`'s NaN origin, whose replayed forward has no user line of its own to show.
+    fn inner_site(
+        &mut self,
+        frame: Bound<'_, PyAny>,
+    ) -> (Option<String>, Option<u32>, Option<String>) {
+        match self.0.walk(frame, 1).into_iter().next() {
+            Some((s, _)) => {
+                let s = s.via.as_deref().unwrap_or(&s);
+                (
+                    Some(s.file.to_string()),
+                    Some(s.line),
+                    Some(s.function.to_string()),
+                )
+            }
+            None => (None, None, None),
+        }
+    }
+
     /// The innermost user frame object at or above `frame`, or None.
     fn user_frame<'py>(&mut self, frame: Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
         self.0.walk(frame, 1).into_iter().next().map(|(_, f)| f)

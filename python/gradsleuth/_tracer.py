@@ -192,10 +192,6 @@ class Tracer:
         self._roots: dict[int, weakref.ref] = {}
         self._root_names: dict[int, str] = {}
         self._known_modules: set[int] = set()
-        # Which module holds which (child -> [(parent ref, attribute)]), from torch's module
-        # registration hook: a layer called directly is named inside the outermost module that
-        # holds it, wherever that module lives (a LightningModule's `self`, a local `model`).
-        self._parents: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._hooked: set[int] = set()
         self._depth = 0
         self._root_call = 0
@@ -247,6 +243,8 @@ class Tracer:
         from torch.optim import optimizer as optim_mod
 
         self._handles.append(module_mod.register_module_forward_pre_hook(self._forward_pre))
+        # Which module holds which (the recorder keeps the links): a layer called directly is named
+        # inside the outermost module holding it (a LightningModule's `self`, a local `model`).
         self._handles.append(module_mod.register_module_module_registration_hook(self._registered))
         self._handles.append(module_mod.register_module_forward_hook(self._forward_post, always_call=True))
         self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._step_pre))
@@ -590,35 +588,19 @@ class Tracer:
         return None
 
     def _registered(self, parent, name, child):
-        if child is not None:
-            try:
-                links = self._parents.setdefault(child, [])
-                if not any(r() is parent and n == name for r, n in links):
-                    links.append((weakref.ref(parent), name))
-            except TypeError:  # a module that cannot be weakly referenced
-                pass
+        try:
+            self.rec.module_registered(self.key(parent), name, None if child is None else self.key(child))
+        except Exception as e:  # noqa: BLE001 - never break the user's model construction
+            self.rec.note(f"module registration hook: {type(e).__name__}: {e}")
         return None
 
     def _holder(self, module, frame):
-        """(name, module) of the largest outermost module that holds `module` (through any
-        chain of registered attributes that still holds it), or None when nothing does."""
-        tops, seen, todo = [], {id(module)}, [module]
-        while todo:
-            m = todo.pop()
-            ups = []
-            for ref, attr in self._parents.get(m, ()):
-                p = ref()
-                if p is not None and p._modules.get(attr) is m:
-                    ups.append(p)
-            if not ups and m is not module:
-                tops.append(m)
-            for p in ups:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    todo.append(p)
-        if not tops:
+        """(name, module) of the outermost module holding `module` (decided in Rust from the
+        registration links), or None."""
+        k = self.rec.holder(self.key(module))
+        top = self.obj(k) if k is not None else None
+        if top is None:
             return None
-        top = max(tops, key=lambda t: sum(1 for _ in t.modules()))
         return _variable_name(top, frame) or type(top).__name__, top
 
     def _forward_post(self, module, args, output):
@@ -698,9 +680,9 @@ class Tracer:
         owner_of: dict[int, int] = {}
         rebuilt = self._rebuilt()
         skip_params: set[int] = set()
-        for mname, m in root.named_modules(remove_duplicate=True):
+        for raw, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
-            mname = strip(mname)
+            mname = strip(raw)
             if mkey in rebuilt:
                 # The latest copy of a layer rebuilt in forward: it stays reported as such,
                 # named where the model registers it.
@@ -710,8 +692,8 @@ class Tracer:
                 continue
             names[id(m)] = mname
             self._known_modules.add(mkey)
-            parent_name, _, attr = mname.rpartition(".")
-            parent = None if m is root else self._parent_key(root, m, rkey)
+            parent_name, _, attr = raw.rpartition(".")
+            parent = None if m is root else self.key(root.get_submodule(parent_name)) if parent_name else rkey
             rec.module(
                 key=mkey,
                 class_=type(m).__name__,
@@ -740,14 +722,6 @@ class Tracer:
                     qual = f"{mname}.{bname}" if mname else bname
                     self._tensor(b, self.key(b), prefix + qual, TensorKind.BUFFER, mkey, bname, hook)
             self._scan_attributes(m, mkey, rkey, prefix + (mname + "." if mname else ""), names, hook)
-
-    def _parent_key(self, root, m, rkey):
-        """The key of the module that registers `m` inside `root` (found by identity: names
-        may have a wrapper's prefix taken off)."""
-        for parent in root.modules():
-            if any(c is m for c in parent._modules.values()):
-                return rkey if parent is root else self.key(parent)
-        return rkey
 
     def _scan_attributes(self, m, mkey, rkey, qual, names, hook):
         for attr, value in vars(m).items():

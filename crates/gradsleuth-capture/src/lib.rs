@@ -7,13 +7,15 @@
 //! * [`oplog::OpLog`]: the op-level analysis of one deep step: cut classification, taint of
 //!   tensors and Python values, in-place bookkeeping, and the attribution of unreached
 //!   parameters to the cut on their path;
-//! * [`site`]: which frame is the user's, and [`site::Site`], a user frame.
+//! * [`site`]: which frame is the user's, and [`site::Site`], a user frame;
+//! * [`holders`]: which module holds which, to name a layer called directly.
 //!
 //! The op log is generic over [`oplog::Host`], the way `gradsleuth-graph` is generic over
 //! `GraphSource`: `gradsleuth-py` implements it over live Python objects (tensors, `grad_fn`
 //! nodes, frames); the tests implement it over a synthetic tensor world replayed from fixture
 //! files (`tests/fixtures/*.json`), so the analysis is tested with `cargo test`.
 
+pub mod holders;
 pub mod oplog;
 pub mod recorder;
 pub mod site;

@@ -94,6 +94,8 @@ pub struct Recorder {
     /// an inference tensor refused later was most likely made in, when the op log did not see
     /// it made (before the op-level window opened).
     pub inference_block: Option<Site>,
+    /// Which module holds which (the registration hook's links).
+    pub holders: crate::holders::Holders,
 }
 
 impl Recorder {
@@ -118,6 +120,7 @@ impl Recorder {
             cwd: std::env::current_dir().ok(),
             orphan_groups: HashMap::new(),
             orphan_prefixes: HashMap::new(),
+            holders: Default::default(),
         }
     }
 

@@ -406,6 +406,17 @@ impl Recorder {
         self.inner.weight_changes(changes);
     }
 
+    /// `parent.attr = child` (torch's module-registration hook; None: the attribute cleared).
+    #[pyo3(signature = (parent, attr, child))]
+    fn module_registered(&mut self, parent: u64, attr: &str, child: Option<u64>) {
+        self.inner.holders.registered(parent, attr, child);
+    }
+
+    /// The outermost module holding `module`, or None.
+    fn holder(&self, module: u64) -> Option<u64> {
+        self.inner.holders.holder(module)
+    }
+
     /// The orphan group `group` is registered in a model as `path`.
     fn orphan_registered(&mut self, group: u64, path: &str) {
         self.inner.orphan_registered(group, path);

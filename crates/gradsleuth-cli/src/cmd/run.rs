@@ -198,7 +198,7 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
         None => cmd.arg("--").arg(&target),
     };
     cmd.args(&script_args);
-    configure(&mut cmd, &args, &capture_path)?;
+    configure(&mut cmd, &args, &capture_path, None)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
     let script_code = if timed_out {
         124
@@ -258,7 +258,12 @@ fn single(args: &RunArgs, capture: Capture, script_code: i32) -> Result<i32, Cli
 
 /// What every traced process gets (single run or each rank): the typed run configuration,
 /// written next to the captures, and its path in the environment.
-fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) -> Result<(), CliError> {
+fn configure(
+    cmd: &mut Command,
+    args: &RunArgs,
+    capture_path: &Path,
+    script: Option<&Path>,
+) -> Result<(), CliError> {
     let config = gradsleuth_model::RunConfig {
         capture: Some(capture_path.to_string_lossy().into_owned()),
         steps: args.steps,
@@ -271,6 +276,7 @@ fn configure(cmd: &mut Command, args: &RunArgs, capture_path: &Path) -> Result<(
                 .to_string_lossy()
                 .into_owned()
         }),
+        script: script.map(|s| s.to_string_lossy().into_owned()),
         ..Default::default()
     };
     // Not `*.json`: the folder's JSON files are the ranks' captures.
@@ -342,16 +348,8 @@ fn run_launched(args: &RunArgs, program: &Path, script: &Path) -> Result<i32, Cl
     let pattern = dir.path().join("pid{pid}-rank{rank}.json");
     let mut cmd = Command::new(program);
     cmd.args(&args.command[1..]);
-    configure(&mut cmd, args, &pattern)?;
     // The configuration names the script the job's interpreters look for.
-    let config_path = pattern.with_file_name("gradsleuth-run.config");
-    let mut config = std::fs::read_to_string(&config_path)
-        .ok()
-        .and_then(|t| gradsleuth_model::RunConfig::from_json(&t).ok())
-        .unwrap_or_default();
-    config.script = Some(script.to_string_lossy().into_owned());
-    std::fs::write(&config_path, config.to_json())
-        .map_err(|e| CliError::Io(format!("cannot write {}: {e}", config_path.display())))?;
+    configure(&mut cmd, args, &pattern, Some(script))?;
     let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") else {
         return Err(CliError::Usage(
             "running a launcher command needs the gradsleuth package: start gradsleuth from its Python installation (`gradsleuth` or `python -m gradsleuth`)".into(),
@@ -380,7 +378,7 @@ fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliErro
     let python = interpreter(args);
     let mut cmd = Command::new(&python);
     cmd.arg("-m").arg("gradsleuth._launch").args(&launcher);
-    configure(&mut cmd, args, &pattern)?;
+    configure(&mut cmd, args, &pattern, None)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
     collect(args, &dir, status, timed_out, "the distributed job")
 }

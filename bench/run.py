@@ -708,7 +708,7 @@ def bench_graph(blocks=1000, experts=11, dot_timeout=120):
 
 # ---- real programs ------------------------------------------------------------------------
 
-PROGRAMS = ("cnn_mnist", "vae", "dcgan", "lstm_lm", "gpt", "gat", "hf_bert")
+PROGRAMS = ("cnn_mnist", "vae", "dcgan", "lstm_lm", "gpt", "gat", "hf_bert", "hf_trainer_bert", "lightning_transformer")
 PROGRAM_GOALS = {"op-level": 1.3, "cheap tier": 1.03, "after removal": 1.0, "watch steady": 1.03}
 
 

@@ -564,7 +564,12 @@ class Tracer:
                     # (`model.backbone(x)`): the model is what gets named and scanned.
                     owner = None
                     if key not in self._known_modules:
-                        owner = _owner_model(module, sys._getframe(1)) or self._holder(module, sys._getframe(1))
+                        frame = sys._getframe(1)
+                        owner = _owner_model(module, frame)
+                        if owner is None and _variable_name(module, frame) is None:
+                            # Not bound to a name of the user's code itself: the outermost
+                            # module holding it (a LightningModule's `self`, a local model).
+                            owner = self._holder(module, frame)
                     if owner is not None:
                         self.add_root(owner[1], name=owner[0])
                     else:

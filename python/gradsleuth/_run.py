@@ -101,13 +101,8 @@ def main(argv: list[str]) -> int:
             return 2
         script, args = argv[0], argv[1:]
 
-    from gradsleuth._core import Recorder
-
-    rec = Recorder("run", config.steps, script or f"-m {module}", args)
+    rec = _recorder(config, script or f"-m {module}", args, dist_env)
     if dist_env is not None:
-        import socket
-
-        rec.set_dist(dist_env[0], dist_env[1], dist_env[2], socket.gethostname())
         signal.signal(signal.SIGTERM, _on_sigterm)
 
     save = _saver(rec, capture_path)
@@ -197,6 +192,18 @@ def _local_rank() -> int:
     return int(local) if local.isdigit() else 0
 
 
+def _recorder(config, script: str, args: list[str], dist_env):
+    """The run's recorder, with the rank's place in the job when it is one."""
+    from gradsleuth._core import Recorder
+
+    rec = Recorder("run", config.steps, script, args)
+    if dist_env is not None:
+        import socket
+
+        rec.set_dist(dist_env[0], dist_env[1], dist_env[2], socket.gethostname())
+    return rec
+
+
 def _saver(rec, capture_path):
     def save():
         if capture_path:
@@ -278,14 +285,7 @@ def activate() -> bool:
     if not config.script or os.path.realpath(main_file) != os.path.realpath(config.script):
         return False
     dist_env = _dist_env()
-
-    from gradsleuth._core import Recorder
-
-    rec = Recorder("run", config.steps, main_file, sys.argv[1:])
-    if dist_env is not None:
-        import socket
-
-        rec.set_dist(dist_env[0], dist_env[1], dist_env[2], socket.gethostname())
+    rec = _recorder(config, main_file, sys.argv[1:], dist_env)
     save = _saver(rec, _capture_path(config, dist_env))
     tracer, watch = _start(rec, config, dist_env, save)
     previous = sys.excepthook

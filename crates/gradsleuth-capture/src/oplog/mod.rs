@@ -573,6 +573,7 @@ impl<K, N> OpLog<K, N> {
         {
             let grad_enabled = h.grad_enabled()?;
             let mut related = Vec::new();
+            let mut op = name.clone();
             let cut_kind = match kind {
                 Kind::Detach => Category::Detach,
                 Kind::Data => Category::DataAttr,
@@ -583,6 +584,7 @@ impl<K, N> OpLog<K, N> {
                     if let Some(s) = self.checkpoint.last() {
                         related.push((s.clone(), CHECKPOINTED));
                     }
+                    op = Arc::from(CHECKPOINT_OP);
                     Category::NoGrad
                 }
                 _ if !grad_enabled => {
@@ -609,10 +611,6 @@ impl<K, N> OpLog<K, N> {
             };
             let s = h.stack(1).into_iter().next();
             site = Some(s.clone());
-            let op = match related.first() {
-                Some((_, m)) if *m == CHECKPOINTED => Arc::from(CHECKPOINT_OP),
-                _ => name.clone(),
-            };
             taint.push(self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?);
         } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
             && out_needs_grad

@@ -14,6 +14,12 @@ def _activate():
     if not os.environ.get("GRADSLEUTH_RUN_CONFIG"):
         return
     try:
+        try:
+            import gradsleuth  # noqa: F401
+        except ImportError:
+            # An interpreter without gradsleuth installed: the package this folder is part of,
+            # after the interpreter's own packages (never in front of its torch).
+            sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         from gradsleuth._run import activate
 
         activate()

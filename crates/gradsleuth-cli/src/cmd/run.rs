@@ -355,10 +355,9 @@ fn run_launched(args: &RunArgs, program: &Path, script: &Path) -> Result<i32, Cl
             "running a launcher command needs the gradsleuth package: start gradsleuth from its Python installation (`gradsleuth` or `python -m gradsleuth`)".into(),
         ));
     };
-    let mut paths = vec![
-        Path::new(&pkg).join("gradsleuth").join("_bootstrap"),
-        PathBuf::from(&pkg),
-    ];
+    // Only the bootstrap folder: the job's interpreters keep their own packages (the bootstrap
+    // finds gradsleuth next to itself when an interpreter lacks it).
+    let mut paths = vec![Path::new(&pkg).join("gradsleuth").join("_bootstrap")];
     if let Some(old) = std::env::var_os("PYTHONPATH") {
         paths.extend(std::env::split_paths(&old));
     }

@@ -10,20 +10,19 @@ import sysconfig
 import types
 from typing import Optional
 
+from gradsleuth._core import Frames
+
 OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # The standard library's directories: its frames (copy, pickle, multiprocessing) are not the user's.
-STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+STDLIB_DIRS = sorted({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+# Which file is the user's is decided in one place (`gradsleuth_capture::site`): gradsleuth's
+# own files are skipped, installed packages and the stdlib are libraries.
+_FILES = Frames([OWN_DIR], STDLIB_DIRS)
 
 
 def is_users(filename: str) -> bool:
     """A file of the user's own code: not gradsleuth's, an installed package's or Python's."""
-    return not (
-        filename.startswith(OWN_DIR)
-        or filename.startswith("<")
-        or "site-packages" in filename
-        or "dist-packages" in filename
-        or filename.startswith(STDLIB_DIRS)
-    )
+    return _FILES.is_users(filename)
 
 
 Site = tuple[Optional[str], Optional[int], Optional[str]]

@@ -35,8 +35,7 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # code object; the tracer only hands it frames.
 # Python's own library: its frames, like installed packages' (found by their folder), are not
 # the user's code; a site is the user's line that called into them.
-_STDLIB_DIRS = list(STDLIB_DIRS)
-_FRAMES = Frames([_TORCH_DIR, _OWN_DIR], _STDLIB_DIRS)
+_FRAMES = Frames([_TORCH_DIR, _OWN_DIR], STDLIB_DIRS)
 
 
 def user_frame(frame):
@@ -481,7 +480,7 @@ class Tracer:
 
             if self._oplog is None:
                 step = min(self._opt_steps.values()) + 1 if self._opt_steps else 1
-                self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step, _STDLIB_DIRS)
+                self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step, STDLIB_DIRS)
                 self._deep_since = self.rec.backward_count
             self._mode = _make_op_mode(self._oplog, self.rec)
             self._mode.__enter__()

@@ -157,6 +157,12 @@ impl Frames {
         }
     }
 
+    /// Whether code in `filename` is the user's own (not skipped, not a library's): the one
+    /// decision the walk makes, for the callers that hold only a file name (a traceback's).
+    fn is_users(&self, filename: &str) -> bool {
+        matches!(self.0.filter.classify(filename, ""), Code::User(..))
+    }
+
     /// The innermost user frame object at or above `frame`, or None.
     fn user_frame<'py>(&mut self, frame: Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
         self.0.walk(frame, 1).into_iter().next().map(|(_, f)| f)

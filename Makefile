@@ -13,7 +13,7 @@ STAMP_CHROMIUM := .cache/.chromium-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 RUST_SRC := $(shell find crates -name '*.rs' -o -name '*.toml' -o -name '*.py' 2>/dev/null) Cargo.toml Cargo.lock pyproject.toml
 
-.PHONY: demo test build bench lint fmt clean eval
+.PHONY: demo test build bench lint fmt clean eval wheel compat compat-ci
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,22 @@ bench: build $(STAMP_DOT) $(STAMP_CHROMIUM)
 # The mutation corpus over third-party models (eval/mutate): the full table, per operator.
 eval: build
 	$(VPY) -m eval.mutate
+
+# The wheel users install: abi3 (Python >= 3.10), manylinux2014 (glibc 2.17, linked by zig), and
+# the sdist, into dist/.
+wheel: $(STAMP_DEPS)
+	rm -rf dist
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin build --release --zig --compatibility manylinux2014 -o dist -q
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin sdist -o dist
+	@ls dist
+
+# The version matrix (eval/compat.py): that wheel on torch 2.1-2.15 and Python 3.10-3.13, one
+# environment per cell kept in ~/.cache/gradsleuth-compat. CI runs two cells (compat-ci).
+compat: build
+	$(VPY) -m eval.compat
+
+compat-ci: build
+	$(VPY) -m eval.compat --cells ci
 
 lint: build
 	cargo fmt --all -- --check

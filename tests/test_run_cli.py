@@ -232,6 +232,37 @@ def test_python_dash_m_gradsleuth_is_the_same_command(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("gradsleuth ")
 
 
+def test_the_version_is_one_everywhere():
+    """`gradsleuth --version`, `gradsleuth.__version__` and the installed package's metadata."""
+    from importlib.metadata import version
+
+    import gradsleuth
+
+    proc = run_gradsleuth("--version")
+    assert proc.stdout.strip() == f"gradsleuth {gradsleuth.__version__}" == f"gradsleuth {version('gradsleuth')}"
+
+
+@pytest.mark.parametrize("how", ["script", "launched"])
+def test_a_torch_older_than_supported_is_refused_before_the_script_runs(how, write_script, tmp_path):
+    """Below torch 2.1 the tracer cannot see which parameters a backward reached: `run` says so
+    and exits 2 instead of reporting every parameter unreached (a torch that says it is 2.0.1)."""
+    fake = tmp_path / "old" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "2.0.1"\n')
+    marker = tmp_path / "ran"
+    script = write_script(f"import torch\nopen({str(marker)!r}, 'w').close()\n")
+    command = [script] if how == "script" else ["--", "python", script]
+    env = {"PYTHONPATH": str(fake.parent), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = run_gradsleuth("run", *command, cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = proc.stderr
+    assert "needs torch 2.1 or newer" in said and "torch 2.0.1" in said and "Traceback" not in said, said
+    assert said.count("needs torch 2.1") == 1, said
+    # A plain run never starts the script; a launched job ran untraced, as it would without us.
+    assert marker.exists() == (how == "launched")
+    assert "GS100" not in proc.stdout, proc.stdout
+
+
 def test_commands_that_need_no_torch_do_not_import_it(tmp_path):
     cap = Path(tmp_path) / "c.json"
     cap.write_text('{"format": "gradsleuth-capture", "version": 1, "tool_version": "0", "command": "run"}')

@@ -86,6 +86,8 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"gradsleuth: error: {e}", file=sys.stderr)
         return 2
+    if _refused(config):
+        return 2
     dist_env = _dist_env()
     capture_path = _capture_path(config, dist_env)
     module: str | None = None
@@ -177,6 +179,30 @@ def main(argv: list[str]) -> int:
             # From here on a SIGTERM only ends the process (as it would without gradsleuth).
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return code
+
+
+def _refused(config, untraced: bool = False) -> bool:
+    """True when this interpreter's torch is too old to trace: why is written where `gradsleuth
+    run` reads it (it tells the user), or printed when nothing will read it."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    from gradsleuth._core import torch_refusal
+
+    why = torch_refusal(str(getattr(torch, "__version__", "")))
+    if not why:
+        return False
+    if config.refusal:
+        try:
+            with open(config.refusal, "w") as f:
+                f.write(why)
+            return True
+        except OSError:
+            pass
+    said = f"gradsleuth: {why} This process runs untraced." if untraced else f"gradsleuth: error: {why}"
+    print(said, file=sys.stderr)
+    return True
 
 
 def _capture_path(config, dist_env) -> str | None:
@@ -283,6 +309,8 @@ def activate() -> bool:
         return False
     config = RunConfig.load(path)
     if not config.script or os.path.realpath(main_file) != os.path.realpath(config.script):
+        return False
+    if _refused(config, untraced=True):
         return False
     dist_env = _dist_env()
     rec = _recorder(config, main_file, sys.argv[1:], dist_env)

@@ -8,7 +8,6 @@ import os
 import re
 import sysconfig
 import types
-from typing import Optional
 
 from gradsleuth._core import Frames
 
@@ -25,7 +24,7 @@ def is_users(filename: str) -> bool:
     return _FILES.is_users(filename)
 
 
-Site = tuple[Optional[str], Optional[int], Optional[str]]
+Site = tuple[str | None, int | None, str | None]
 
 
 def error_site(e: BaseException) -> Site:

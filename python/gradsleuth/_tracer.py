@@ -21,7 +21,7 @@ import os
 import sys
 import time
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

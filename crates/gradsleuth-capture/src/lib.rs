@@ -8,7 +8,8 @@
 //!   tensors and Python values, in-place bookkeeping, and the attribution of unreached
 //!   parameters to the cut on their path;
 //! * [`site`]: which frame is the user's, and [`site::Site`], a user frame;
-//! * [`holders`]: which module holds which, to name a layer called directly.
+//! * [`holders`]: which module holds which, to name a layer called directly;
+//! * [`support`]: the oldest torch the tracer supports, and why.
 //!
 //! The op log is generic over [`oplog::Host`], the way `gradsleuth-graph` is generic over
 //! `GraphSource`: `gradsleuth-py` implements it over live Python objects (tensors, `grad_fn`
@@ -19,6 +20,7 @@ pub mod holders;
 pub mod oplog;
 pub mod recorder;
 pub mod site;
+pub mod support;
 
 pub use oplog::{Call, Host, OpLog, SeqKind};
 pub use recorder::{At, Recorder};

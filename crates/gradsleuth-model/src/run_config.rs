@@ -32,6 +32,10 @@ pub struct RunConfig {
     /// script is this file starts the tracer itself (the bootstrap's `sitecustomize`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// Where an interpreter that will not trace (its torch is older than the tracer supports)
+    /// writes why, so `gradsleuth run` says that instead of reporting an empty run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -45,6 +49,7 @@ impl Default for RunConfig {
             watch: false,
             tensorboard: None,
             script: None,
+            refusal: None,
         }
     }
 }

@@ -14,6 +14,7 @@ pub struct RunConfig {
     watch: bool,
     tensorboard: Option<String>,
     script: Option<String>,
+    refusal: Option<String>,
 }
 
 impl From<gradsleuth_model::RunConfig> for RunConfig {
@@ -26,6 +27,7 @@ impl From<gradsleuth_model::RunConfig> for RunConfig {
             watch: c.watch,
             tensorboard: c.tensorboard,
             script: c.script,
+            refusal: c.refusal,
         }
     }
 }

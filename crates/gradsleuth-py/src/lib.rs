@@ -607,6 +607,13 @@ fn cli_main(py: Python<'_>, argv: Option<Vec<String>>) -> PyResult<i32> {
     Ok(code)
 }
 
+/// Why `gradsleuth run` cannot trace under torch `version` (`None` when it can):
+/// [`gradsleuth_capture::support::torch_refusal`].
+#[pyfunction]
+fn torch_refusal(version: &str) -> Option<String> {
+    gradsleuth_capture::support::torch_refusal(version)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
@@ -625,6 +632,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze, m)?)?;
     m.add_function(wrap_pyfunction!(render, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(torch_refusal, m)?)?;
     m.add_function(wrap_pyfunction!(graph::walk, m)?)?;
     m.add_function(wrap_pyfunction!(watch::singular_condition, m)?)?;
     m.add_function(wrap_pyfunction!(watch::singular_reason, m)?)?;

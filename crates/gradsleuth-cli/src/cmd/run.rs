@@ -200,6 +200,9 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     cmd.args(&script_args);
     configure(&mut cmd, &args, &capture_path, None)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
+    if let Some(why) = refused(&capture_path) {
+        return Err(CliError::Usage(why));
+    }
     let script_code = if timed_out {
         124
     } else {
@@ -256,6 +259,20 @@ fn single(args: &RunArgs, capture: Capture, script_code: i32) -> Result<i32, Cli
     Ok(if script_code != 0 { script_code } else { code })
 }
 
+/// Where the job's interpreters write why they would not trace (next to the captures, not
+/// `*.json`).
+fn refusal_path(capture_path: &Path) -> PathBuf {
+    capture_path.with_file_name("gradsleuth-refused.txt")
+}
+
+/// Why an interpreter of the job would not trace (its torch is too old), as it wrote it.
+fn refused(capture_path: &Path) -> Option<String> {
+    std::fs::read_to_string(refusal_path(capture_path))
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
 /// What every traced process gets (single run or each rank): the typed run configuration,
 /// written next to the captures, and its path in the environment.
 fn configure(
@@ -277,6 +294,7 @@ fn configure(
                 .into_owned()
         }),
         script: script.map(|s| s.to_string_lossy().into_owned()),
+        refusal: Some(refusal_path(capture_path).to_string_lossy().into_owned()),
         ..Default::default()
     };
     // Not `*.json`: the folder's JSON files are the ranks' captures.
@@ -365,6 +383,10 @@ fn run_launched(args: &RunArgs, program: &Path, script: &Path) -> Result<i32, Cl
         cmd.env("PYTHONPATH", joined);
     }
     let (status, timed_out) = spawn_and_wait(&mut cmd, program, args.timeout)?;
+    if let Some(why) = refused(&pattern) {
+        // The job ran untraced (its interpreters said so as it started): say why, once.
+        return Err(CliError::Usage(why));
+    }
     let what = format!("`{}`", args.command.join(" "));
     collect(args, &dir, status, timed_out, &what)
 }
@@ -379,6 +401,9 @@ fn run_distributed(args: &RunArgs, launcher: Vec<String>) -> Result<i32, CliErro
     cmd.arg("-m").arg("gradsleuth._launch").args(&launcher);
     configure(&mut cmd, args, &pattern, None)?;
     let (status, timed_out) = spawn_and_wait(&mut cmd, &python, args.timeout)?;
+    if let Some(why) = refused(&pattern) {
+        return Err(CliError::Usage(why));
+    }
     collect(args, &dir, status, timed_out, "the distributed job")
 }
 

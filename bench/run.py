@@ -823,6 +823,59 @@ def bench_where(repeats=5):
         print(f"{label:32} cold {statistics.median(cold):7.1f}   warm {statistics.median(warm):7.1f}")
 
 
+def bench_install(repeats=3):
+    """A user's first minutes: the wheel (abi3, manylinux2014) pip-installed into a fresh
+    environment that already has torch, then the first report (`gradsleuth demo`), beside
+    pip-installing ruff's wheel (a comparable single-binary Rust tool) the same way."""
+    import glob
+    import os
+    import site
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    with tempfile.TemporaryDirectory() as d:
+        build = [os.path.join(bin_dir, "maturin"), "build", "--release", "--zig", "--compatibility", "manylinux2014"]
+        subprocess.run([*build, "-q", "-o", d], cwd=root, env=env, check=True, capture_output=True)
+        (ours,) = glob.glob(f"{d}/gradsleuth-*.whl")
+        pip = [sys.executable, "-m", "pip"]
+        subprocess.run([*pip, "download", "-q", "--no-deps", "-d", d, "ruff==0.17.5"], check=True)
+        (ruff,) = glob.glob(f"{d}/ruff-*.whl")
+        torch_site = site.getsitepackages()[0]
+
+        def fresh(name):
+            env_dir = os.path.join(d, name)
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", env_dir], check=True)
+            (sp,) = glob.glob(f"{env_dir}/lib/python*/site-packages")
+            # torch (and numpy) as the user's environment has them, without copying 5 GB.
+            with open(os.path.join(sp, "torch-here.pth"), "w") as f:
+                f.write(torch_site + "\n")
+            return env_dir
+
+        print(f"\n## install: pip install of a wheel into a fresh environment that has torch (s); median of {repeats}")
+        times = {"gradsleuth": [], "ruff": [], "first report": []}
+        for i in range(repeats):
+            for label, wheel in (("gradsleuth", ours), ("ruff", ruff)):
+                env_dir = fresh(f"{label}{i}")
+                t0 = time.perf_counter()
+                cmd = [*pip, "--python", f"{env_dir}/bin/python", "install", "-q", "--no-deps", "--no-index", wheel]
+                subprocess.run(cmd, check=True)
+                times[label].append(time.perf_counter() - t0)
+                if label == "gradsleuth":
+                    t0 = time.perf_counter()
+                    demo = subprocess.run([f"{env_dir}/bin/gradsleuth", "demo"], cwd=d, capture_output=True, text=True)
+                    assert "GS103" in demo.stdout, demo.stderr[-500:]
+                    times["first report"].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"{'pip install gradsleuth wheel':34}{med['gradsleuth']:8.2f}   ({os.path.getsize(ours) / 1e6:.1f} MB)")
+        print(f"{'pip install ruff wheel (anchor)':34}{med['ruff']:8.2f}   ({os.path.getsize(ruff) / 1e6:.1f} MB)")
+        print(f"{'ratio':34}{med['gradsleuth'] / med['ruff']:8.2f}x")
+        print(f"{'then gradsleuth demo, first report':34}{med['first report']:8.2f}")
+        print(f"{'install + first report':34}{med['gradsleuth'] + med['first report']:8.2f}")
+
+
 def bench_explain(size_mb=100, repeats=5):
     """`gradsleuth explain` on a 100 MB torchrun-style log (streamed) and on a 2 KB traceback,
     through the installed command and through the Rust binary alone."""
@@ -1075,7 +1128,7 @@ if __name__ == "__main__":
         i = args.index("--against")
         against = args[i + 1]
         del args[i : i + 2]
-    which = args or ["walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint"]
+    which = args or ["walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint", "install"]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -1099,3 +1152,5 @@ if __name__ == "__main__":
         bench_merge()
     if "lint" in which:
         bench_lint()
+    if "install" in which:
+        bench_install()

@@ -256,3 +256,22 @@ def test_compiled_submodule_is_reported_not_broken(tmp_path):
     assert all(f["severity"] == "info" for f in report["findings"])
     # Named as the user's model names them, not through torch.compile's wrapper.
     assert not any("_orig_mod" in p["name"] for p in report["parameters"]), report["parameters"]
+
+
+def test_exact_norms_stay_exact_on_a_torch_whose_foreach_norm_takes_no_dtype(monkeypatch):
+    """torch 2.1's `_foreach_norm` has no `dtype`: the weight-change check must still compare
+    float64 norms (a small step changes a float32 weight's norm below float32 resolution)."""
+    from gradsleuth import _tracer
+
+    w = torch.full((1000,), 1.0) + torch.arange(1000) * 1e-7
+    want = torch.linalg.vector_norm(w, dtype=torch.float64).item()
+    assert torch.linalg.vector_norm(w).item() != want  # float32 would round it
+    original = torch._foreach_norm
+
+    def old_foreach_norm(tensors, ord=2, **kw):
+        if "dtype" in kw:
+            raise TypeError("_foreach_norm() got an unexpected keyword argument 'dtype'")
+        return original(tensors, ord)
+
+    monkeypatch.setattr(torch, "_foreach_norm", old_foreach_norm)
+    assert _tracer.norms([w], exact=True) == [want]

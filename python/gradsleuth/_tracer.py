@@ -82,7 +82,9 @@ def norms(tensors, exact: bool = False) -> list[float]:
                 try:
                     ns = torch._foreach_norm(tensors, 2, dtype=torch.float64)
                 except (RuntimeError, TypeError):
-                    ns = None
+                    # torch 2.1's `_foreach_norm` takes no dtype: one exact norm per tensor
+                    # (the check runs at the window's ends only), never float32 in silence.
+                    ns = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
             if ns is None:
                 ns = torch._foreach_norm(tensors)
             try:

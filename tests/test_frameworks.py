@@ -167,6 +167,18 @@ def test_a_job_started_by_accelerate_launch_is_observed_in_its_worker(tmp_path):
     assert f["location"]["file"] == "accelerate_detach.py" and f["location"]["line"] == 15
 
 
+@pytest.mark.parametrize("launcher", [["python"], ["accelerate", "launch", "--cpu", "--num_processes", "1"]])
+def test_a_job_that_runs_a_module_is_observed_in_the_interpreter_running_it(tmp_path, launcher):
+    """`gradsleuth run -- python -m NAME` / `-- accelerate launch -m NAME`: the interpreter started
+    with `-m NAME` traces; the launcher's own interpreter does not."""
+    proc, report = _launched(tmp_path, *launcher, "-m", "accelerate_detach", cwd=HERE)
+    assert report is not None, proc.stderr[-3000:]
+    assert report["steps_observed"] == 3
+    [f] = _loud(report)
+    assert f["category"] == "detach" and sorted(f["params"]) == ["encoder.0.bias", "encoder.0.weight"]
+    assert f["location"]["file"] == "accelerate_detach.py" and f["location"]["line"] == 15
+
+
 def test_a_python_command_keeps_the_sitecustomize_it_hides(tmp_path):
     own = tmp_path / "site"
     own.mkdir()

@@ -32,6 +32,10 @@ pub struct RunConfig {
     /// script is this file starts the tracer itself (the bootstrap's `sitecustomize`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
+    /// The same for a job whose interpreters run a module (`python -m pkg.train` under the
+    /// launcher): every interpreter started with `-m` this module starts the tracer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
     /// Where an interpreter that will not trace (its torch is older than the tracer supports)
     /// writes why, so `gradsleuth run` says that instead of reporting an empty run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,6 +53,7 @@ impl Default for RunConfig {
             watch: false,
             tensorboard: None,
             script: None,
+            module: None,
             refusal: None,
         }
     }

@@ -14,6 +14,7 @@ pub struct RunConfig {
     watch: bool,
     tensorboard: Option<String>,
     script: Option<String>,
+    module: Option<String>,
     refusal: Option<String>,
 }
 
@@ -27,6 +28,7 @@ impl From<gradsleuth_model::RunConfig> for RunConfig {
             watch: c.watch,
             tensorboard: c.tensorboard,
             script: c.script,
+            module: c.module,
             refusal: c.refusal,
         }
     }

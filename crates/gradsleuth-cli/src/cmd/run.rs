@@ -117,7 +117,39 @@ fn launcher_args(args: &RunArgs) -> Result<Option<Vec<String>>, CliError> {
 /// A program that starts the training script itself (`accelerate launch ... train.py`,
 /// `lightning run model train.py`, `deepspeed train.py`, `python train.py`): the program found
 /// on PATH and the script among its arguments. None when the command is a script (or absent).
-fn launched_script(args: &RunArgs) -> Result<Option<(PathBuf, PathBuf)>, CliError> {
+/// What a launched job's interpreters run: a script (absolute) or a module (`-m NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Launched {
+    Script(PathBuf),
+    Module(String),
+}
+
+/// The module a launcher's arguments run with `-m NAME` / `-mNAME` (`python -m pkg.train`,
+/// `accelerate launch -m pkg.train`, `torchrun -m pkg.train`).
+fn module_argument(args: &[String]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "-m" || a == "--module" {
+            return it.next().filter(|m| is_module_name(m)).cloned();
+        }
+        if let Some(m) = a.strip_prefix("-m").filter(|m| is_module_name(m)) {
+            return Some(m.to_owned());
+        }
+    }
+    None
+}
+
+fn is_module_name(m: &str) -> bool {
+    !m.is_empty()
+        && m.split('.').all(|part| {
+            part.chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+}
+
+fn launched_script(args: &RunArgs) -> Result<Option<(PathBuf, Launched)>, CliError> {
     if args.module.is_some() {
         return Ok(None);
     }
@@ -130,16 +162,19 @@ fn launched_script(args: &RunArgs) -> Result<Option<(PathBuf, PathBuf)>, CliErro
     let Some(program) = on_path(first) else {
         return Ok(None);
     };
-    let script = args.command[1..]
+    if let Some(script) = args.command[1..]
         .iter()
         .find(|a| a.ends_with(".py") && Path::new(a).is_file())
-        .ok_or_else(|| {
-            CliError::Usage(format!(
-                "cannot tell which script `{first}` runs: give the training script's path (a .py file) among its arguments"
-            ))
-        })?;
-    let script = std::path::absolute(script).unwrap_or_else(|_| PathBuf::from(script));
-    Ok(Some((program, script)))
+    {
+        let script = std::path::absolute(script).unwrap_or_else(|_| PathBuf::from(script));
+        return Ok(Some((program, Launched::Script(script))));
+    }
+    match module_argument(&args.command[1..]) {
+        Some(module) => Ok(Some((program, Launched::Module(module)))),
+        None => Err(CliError::Usage(format!(
+            "cannot tell which script `{first}` runs: give the training script's path (a .py file) or `-m MODULE` among its arguments"
+        ))),
+    }
 }
 
 /// `name` as the shell would find it: a path with a slash as given, else the first executable
@@ -169,8 +204,8 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
     if let Some(launcher) = launcher_args(&args)? {
         return run_distributed(&args, launcher);
     }
-    if let Some((program, script)) = launched_script(&args)? {
-        return run_launched(&args, &program, &script);
+    if let Some((program, launched)) = launched_script(&args)? {
+        return run_launched(&args, &program, &launched);
     }
     let (target, script_args) =
         match (&args.module, args.command.split_first()) {
@@ -279,7 +314,7 @@ fn configure(
     cmd: &mut Command,
     args: &RunArgs,
     capture_path: &Path,
-    script: Option<&Path>,
+    launched: Option<&Launched>,
 ) -> Result<(), CliError> {
     let config = gradsleuth_model::RunConfig {
         capture: Some(capture_path.to_string_lossy().into_owned()),
@@ -293,7 +328,14 @@ fn configure(
                 .to_string_lossy()
                 .into_owned()
         }),
-        script: script.map(|s| s.to_string_lossy().into_owned()),
+        script: match launched {
+            Some(Launched::Script(s)) => Some(s.to_string_lossy().into_owned()),
+            _ => None,
+        },
+        module: match launched {
+            Some(Launched::Module(m)) => Some(m.clone()),
+            _ => None,
+        },
         refusal: Some(refusal_path(capture_path).to_string_lossy().into_owned()),
         ..Default::default()
     };
@@ -360,14 +402,14 @@ fn spawn_and_wait(
 /// on PYTHONPATH; every interpreter of the job that runs `script` (the program's own child, a
 /// launcher's ranks, a script that re-executes itself per rank) starts the tracer and writes
 /// its capture, and the captures are merged as a distributed run's are.
-fn run_launched(args: &RunArgs, program: &Path, script: &Path) -> Result<i32, CliError> {
+fn run_launched(args: &RunArgs, program: &Path, launched: &Launched) -> Result<i32, CliError> {
     let dir = tempfile::tempdir()
         .map_err(|e| CliError::Io(format!("cannot create a temporary directory: {e}")))?;
     let pattern = dir.path().join("pid{pid}-rank{rank}.json");
     let mut cmd = Command::new(program);
     cmd.args(&args.command[1..]);
-    // The configuration names the script the job's interpreters look for.
-    configure(&mut cmd, args, &pattern, Some(script))?;
+    // The configuration names the script (or module) the job's interpreters look for.
+    configure(&mut cmd, args, &pattern, Some(launched))?;
     let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") else {
         return Err(CliError::Usage(
             "running a launcher command needs the gradsleuth package: start gradsleuth from its Python installation (`gradsleuth` or `python -m gradsleuth`)".into(),
@@ -497,4 +539,31 @@ fn describe_status(status: &std::process::ExitStatus) -> String {
         }
     }
     format!("exit code {}", status.code().unwrap_or(-1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_module_a_launcher_runs_is_read_from_every_spelling_of_dash_m() {
+        let cases = [
+            ("-m pkg.train --lr 1", Some("pkg.train")),
+            ("launch --cpu -m pkg.train", Some("pkg.train")),
+            ("--nproc-per-node 2 --module train", Some("train")),
+            ("-mtrain", Some("train")),
+            ("-u -m my_pkg.sub._main x", Some("my_pkg.sub._main")),
+            ("launch --cpu train", None),
+            ("-m", None),
+            ("-m ./train", None),
+            ("--mixed_precision no", None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(module_argument(&args(line)).as_deref(), want, "{line}");
+        }
+    }
 }

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from gradsleuth import _versions
 from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind, class_line
 from gradsleuth._sites import STDLIB_DIRS
 
@@ -77,16 +78,7 @@ def norms(tensors, exact: bool = False) -> list[float]:
         return []
     with torch.no_grad():
         try:
-            ns = None
-            if exact:
-                try:
-                    ns = torch._foreach_norm(tensors, 2, dtype=torch.float64)
-                except (RuntimeError, TypeError):
-                    # torch 2.1's `_foreach_norm` takes no dtype: one exact norm per tensor
-                    # (the check runs at the window's ends only), never float32 in silence.
-                    ns = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
-            if ns is None:
-                ns = torch._foreach_norm(tensors)
+            ns = _versions.float64_norms(tensors) if exact else torch._foreach_norm(tensors)
             try:
                 vals = torch.stack(ns).tolist()  # one dtype and device: the common case
             except RuntimeError:
@@ -255,10 +247,7 @@ class Tracer:
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_opt_init)
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad("optimizer"))
         self._patch(nn.Module, "zero_grad", self._wrap_zero_grad("module"))
-        # torch.amp.GradScaler from 2.3 (torch.cuda.amp's derives from it); before, CUDA's own.
-        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None) or getattr(
-            getattr(getattr(torch, "cuda", None), "amp", None), "GradScaler", None
-        )
+        scaler = _versions.grad_scaler()
         if scaler is not None:
             self._patch(scaler, "step", self._wrap_scaler_step)
         self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))

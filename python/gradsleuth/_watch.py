@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from gradsleuth import _versions
 from gradsleuth._core import graph_nodes, sequence_index, singular_condition, singular_reason, walk
 from gradsleuth._tracer import op_site_of, unwrapped_name
 
@@ -101,8 +102,7 @@ def _finite(t) -> bool:
 def _op_name(func) -> str:
     name = getattr(func, "__name__", None) or repr(func)
     owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
-    # The C base class is `TensorBase` (torch ≥ 2.3) or `_TensorBase` (2.1–2.2).
-    if owner is torch.Tensor or getattr(owner, "__name__", "") in ("TensorBase", "_TensorBase"):
+    if _versions.is_tensor_class(owner):
         return f"Tensor.{name}"
     mod = getattr(func, "__module__", None) or "torch"
     if mod.startswith("torch.nn.functional"):
@@ -484,21 +484,12 @@ class Watch:
 
             self._module_hooks = True
             self._handles.append(module_mod.register_module_forward_pre_hook(self._fwd_pre))
-            try:
-                self._handles.append(module_mod.register_module_forward_hook(self._fwd_post, with_kwargs=True))
-            except TypeError:  # torch without keyword arguments in global forward hooks
-                self._handles.append(
-                    module_mod.register_module_forward_hook(lambda m, a, o: self._fwd_post(m, a, {}, o))
-                )
+            self._handles.append(_versions.global_forward_hook_with_kwargs(self._fwd_post))
 
     def _patch_scaler(self):
-        try:
-            from torch.amp import GradScaler
-        except ImportError:  # torch < 2.3: the scaler users have is CUDA's
-            try:
-                from torch.cuda.amp import GradScaler
-            except ImportError:  # pragma: no cover
-                return
+        GradScaler = _versions.grad_scaler()
+        if GradScaler is None:  # pragma: no cover
+            return
         original = GradScaler.step
         watch = self
 
@@ -997,10 +988,7 @@ class Watch:
 def _compiling() -> bool:
     """Inside torch.compile's tracing: the hooks step aside (a compiled region is not watched
     op by op, and a hook dynamo cannot trace would split the user's graph)."""
-    try:
-        return torch.compiler.is_compiling()
-    except AttributeError:  # torch without torch.compiler.is_compiling
-        return False
+    return _versions.is_compiling()
 
 
 def _stacked(norms):

@@ -5,10 +5,12 @@
 //! no equivalent a tracer can use without keeping gradients alive, so `gradsleuth run` refuses
 //! it (exit 2) instead of reporting every parameter as unreached. `make compat` runs the whole
 //! corpus on torch 2.1, 2.4, 2.8, 2.12 and 2.15 (and Python 3.10 to 3.13) and holds the answers
-//! word for word equal; what differs between supported versions is bridged where the tracer
-//! touches it (`torch.cuda.amp.GradScaler` before `torch.amp.GradScaler` in 2.3, the C tensor
-//! base's name, `_foreach_norm` without `dtype` in 2.1, wrappers of autograd nodes that die with
-//! their last reference before 2.13: `gradsleuth-graph`).
+//! word for word equal. What differs between supported versions is bridged in one Python
+//! module, `gradsleuth/_versions.py` (`torch.cuda.amp.GradScaler` before `torch.amp`'s in 2.3,
+//! the C tensor base's name, `_foreach_norm` without `dtype` in 2.1, `torch.compiler.
+//! is_compiling` from 2.3), and in Rust where the difference reaches it: op names of the C base
+//! (`oplog::classify`), wrappers of autograd nodes that die with their last reference before
+//! 2.13 (`gradsleuth-graph`).
 
 /// The oldest torch `gradsleuth run` supports, as (major, minor).
 pub const OLDEST_TORCH: (u32, u32) = (2, 1);

@@ -1,0 +1,56 @@
+"""What differs between the torch versions gradsleuth supports (2.1 to 2.15), in one place.
+
+The oldest supported torch, and why, is Rust's (`gradsleuth_capture::support`); `make compat`
+runs every function here on torch 2.1, 2.4, 2.8, 2.12 and 2.15. Each function takes the API
+where it exists and says, next to its fallback, which versions lack it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# The C base class of `torch.Tensor`: `_TensorBase` on torch 2.1-2.2, `TensorBase` from 2.3.
+TENSOR_BASES = ("TensorBase", "_TensorBase")
+
+
+def is_tensor_class(owner) -> bool:
+    """`owner` is `torch.Tensor` or its C base (a method's `__objclass__`)."""
+    return owner is torch.Tensor or getattr(owner, "__name__", "") in TENSOR_BASES
+
+
+def grad_scaler():
+    """The GradScaler class users have: `torch.amp.GradScaler` from 2.3 (CUDA's derives from
+    it), `torch.cuda.amp.GradScaler` before."""
+    amp = getattr(torch, "amp", None)
+    cuda_amp = getattr(getattr(torch, "cuda", None), "amp", None)
+    return getattr(amp, "GradScaler", None) or getattr(cuda_amp, "GradScaler", None)
+
+
+def float64_norms(tensors) -> list:
+    """2-norms accumulated in float64, one fused pass where torch can (`_foreach_norm` takes
+    `dtype` from 2.2); on 2.1 one exact norm per tensor, never float32 in silence."""
+    try:
+        return list(torch._foreach_norm(tensors, 2, dtype=torch.float64))
+    except (RuntimeError, TypeError):
+        return [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
+
+
+def is_compiling() -> bool:
+    """Inside torch.compile's tracing: `torch.compiler.is_compiling` from 2.3, dynamo's own
+    before (imported only if the program already did: nothing compiles without it)."""
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if compiling is not None:
+        return bool(compiling())
+    dynamo = getattr(torch, "_dynamo", None)
+    return bool(dynamo is not None and hasattr(dynamo, "is_compiling") and dynamo.is_compiling())
+
+
+def global_forward_hook_with_kwargs(hook):
+    """`hook(module, args, kwargs, output)` on every module's forward; torch without keyword
+    arguments in global forward hooks calls it with empty kwargs."""
+    from torch.nn.modules import module as module_mod
+
+    try:
+        return module_mod.register_module_forward_hook(hook, with_kwargs=True)
+    except TypeError:
+        return module_mod.register_module_forward_hook(lambda m, a, o: hook(m, a, {}, o))

@@ -226,9 +226,12 @@ def check_same_text(result: Result, reference: Result | None) -> str:
     differ = [n for n, a in result.answers.items() if n in reference.answers and a != reference.answers[n]]
     for name in differ:
         print(f"  {result.cell.name} {name} says otherwise than {reference.cell.name}:", flush=True)
-        for mine, theirs in zip(result.answers[name], reference.answers[name]):
-            if mine != theirs:
-                print(f"    here:  {mine}\n    there: {theirs}", flush=True)
+        # Every finding one side has and the other lacks (a finding only one side has too).
+        here, there = result.answers[name], reference.answers[name]
+        for mine in (a for a in here if a not in there):
+            print(f"    only here:  {mine}", flush=True)
+        for theirs in (a for a in there if a not in here):
+            print(f"    only there: {theirs}", flush=True)
     return f"FAIL {len(differ)} cases differ" if differ else "ok"
 
 

@@ -144,12 +144,13 @@ def environment(cell: Cell, wheel: Path) -> Path:
     stamp = env / ".compat-spec"
     if not (stamp.exists() and stamp.read_text() == spec):
         shutil.rmtree(env, ignore_errors=True)
-        made = sh([uv(), "venv", "-q", "-p", interpreter(cell.python), env], timeout=600)
-        got = made.returncode == 0 and sh(
-            [uv(), "pip", "install", "-q", "-p", env / "bin" / "python", *spec.split()], timeout=3600
-        )
-        if not got or got.returncode != 0:
-            raise RuntimeError(f"cannot install {spec} for Python {cell.python}: {(got or made).stderr[-600:]}")
+        for step in (
+            [uv(), "venv", "-q", "-p", interpreter(cell.python), env],
+            [uv(), "pip", "install", "-q", "-p", env / "bin" / "python", *spec.split()],
+        ):
+            proc = sh(step, timeout=3600)
+            if proc.returncode != 0:
+                raise RuntimeError(f"cannot install {spec} for Python {cell.python}: {proc.stderr[-600:]}")
         stamp.write_text(spec)
     proc = sh([uv(), "pip", "install", "-q", "--reinstall", "--no-deps", "-p", env / "bin" / "python", wheel])
     if proc.returncode != 0:

@@ -223,6 +223,7 @@ def _recorder(config, script: str, args: list[str], dist_env):
     from gradsleuth._core import Recorder
 
     rec = Recorder("run", config.steps, script, args)
+    rec.probe = config.probe
     if dist_env is not None:
         import socket
 
@@ -278,6 +279,13 @@ def _start(rec, config, dist_env, save):
             tracer.on_root = watch.root_seen
             watch.start()
         tracer.start()
+        if config.probe:
+            # Probe runs (`gradsleuth bisect`) compare two environments op by op: the same
+            # random numbers on both sides unless the script seeds its own.
+            import random
+
+            random.seed(0)
+            torch.manual_seed(0)
     except ImportError as e:
         rec.note(f"torch could not be imported ({e}); the script ran without the tracer")
     return tracer, watch

@@ -1139,6 +1139,8 @@ class Tracer:
     def _before_backward(self, loss):
         if self._mode is not None:
             self._exit_op_mode()
+        if self.rec.probe and isinstance(loss, torch.Tensor):
+            self.rec.loss_value(loss)
         if self._oplog is not None and isinstance(loss, torch.Tensor):
             try:
                 self._oplog.loss(loss)

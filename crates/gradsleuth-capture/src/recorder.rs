@@ -72,6 +72,10 @@ pub struct TensorInfo {
 /// (class identity, file, line) of a call that built a module in a forward.
 type OrphanSite = (u64, Option<String>, Option<u32>);
 
+/// Op digests kept per probe run: a step of a large model calls tens of thousands of ops;
+/// the first difference is almost always early.
+pub const OP_DIGEST_LIMIT: usize = 200_000;
+
 /// The capture buffer.
 pub struct Recorder {
     pub capture: Capture,
@@ -96,6 +100,8 @@ pub struct Recorder {
     pub inference_block: Option<Site>,
     /// Which module holds which (the registration hook's links).
     pub holders: crate::holders::Holders,
+    /// A probe run (`gradsleuth bisect`): record losses and op digests.
+    pub probe: bool,
 }
 
 impl Recorder {
@@ -121,6 +127,7 @@ impl Recorder {
             orphan_groups: HashMap::new(),
             orphan_prefixes: HashMap::new(),
             holders: Default::default(),
+            probe: false,
         }
     }
 
@@ -710,6 +717,29 @@ impl Recorder {
             location,
             frames,
             holder,
+        });
+    }
+
+    /// A probe run: the value of a scalar loss passed to backward.
+    pub fn loss_value(&mut self, value: f64) {
+        if self.probe {
+            self.capture.losses.push(value);
+        }
+    }
+
+    /// A probe run: one op of the op-level step and its tensor outputs, called from `site`.
+    pub fn op_digest(&mut self, op: String, site: Option<&Site>, outputs: Vec<TensorDigest>) {
+        if !self.probe || self.capture.op_digests.len() >= OP_DIGEST_LIMIT {
+            return;
+        }
+        let location = site.and_then(|s| self.site_location(s)).map(|mut l| {
+            l.snippet = None;
+            l
+        });
+        self.capture.op_digests.push(OpDigest {
+            op,
+            location,
+            outputs,
         });
     }
 

@@ -42,6 +42,13 @@ pub enum Command {
     Doctor(cmd::doctor::DoctorArgs),
     /// Write or merge .vscode/launch.json (debugpy + gdb), c_cpp_properties.json, a gdb file.
     Vscode(cmd::vscode::VscodeArgs),
+    /// Which release of torch (or any package), or which commit of your repository, changed
+    /// what the script does: a binary search with gradsleuth's findings, the error or the
+    /// loss as the test, and the first op whose result differs.
+    Bisect(cmd::bisect::BisectArgs),
+    /// One step of `bisect --git` (what `git bisect run` calls).
+    #[command(hide = true)]
+    BisectStep(cmd::bisect::StepArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -219,6 +226,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Command::Where(a) => cmd::where_::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Vscode(a) => cmd::vscode::run(a),
+        Command::Bisect(a) => cmd::bisect::run(a),
+        Command::BisectStep(a) => cmd::bisect::step(a),
     };
     match result {
         Ok(code) => code,

@@ -718,6 +718,109 @@ pub struct Capture {
     /// and whether it ran at op level: what the diagnosis cost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_seconds: Vec<StepTime>,
+    /// Probe runs (`gradsleuth bisect`): the value of each scalar loss passed to backward,
+    /// in order (a host read per backward; never recorded otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "real::many")]
+    pub losses: Vec<f64>,
+    /// Probe runs: a summary of every op's tensor outputs in the op-level step, in call
+    /// order, to find the first op whose result differs between two environments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub op_digests: Vec<OpDigest>,
+}
+
+/// One op of a probe run's op-level step and what it returned.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpDigest {
+    /// The torch function (`Tensor.add`, `conv2d`).
+    pub op: String,
+    /// The user's line that called it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+    /// Each tensor output, in order.
+    pub outputs: Vec<TensorDigest>,
+}
+
+/// A tensor summarised without its data: enough to tell two results apart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TensorDigest {
+    pub shape: Vec<i64>,
+    pub dtype: String,
+    /// Sum of the elements, in float64 (of the real part for complex tensors).
+    #[serde(with = "real")]
+    pub sum: f64,
+    /// Euclidean norm, in float64 (NaN when an element is not finite).
+    #[serde(with = "real")]
+    pub norm: f64,
+}
+
+/// A float that may be NaN or infinite: JSON has no such numbers, so they are written as the
+/// strings `"nan"`, `"inf"`, `"-inf"` (and `null` reads as NaN).
+pub mod real {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("nan")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Any {
+        Number(f64),
+        Text(String),
+        Null(()),
+    }
+
+    fn from(a: Any) -> Result<f64, String> {
+        match a {
+            Any::Number(n) => Ok(n),
+            Any::Null(()) => Ok(f64::NAN),
+            Any::Text(t) => match t.as_str() {
+                "nan" => Ok(f64::NAN),
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(format!("not a number: {other:?}")),
+            },
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        from(Any::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+
+    /// The same for a list.
+    pub mod many {
+        use serde::ser::SerializeSeq;
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(v: &[f64], s: S) -> Result<S::Ok, S::Error> {
+            struct One(f64);
+            impl serde::Serialize for One {
+                fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    super::serialize(&self.0, s)
+                }
+            }
+            let mut seq = s.serialize_seq(Some(v.len()))?;
+            for x in v {
+                seq.serialize_element(&One(*x))?;
+            }
+            seq.end()
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+            Vec::<super::Any>::deserialize(d)?
+                .into_iter()
+                .map(|a| super::from(a).map_err(serde::de::Error::custom))
+                .collect()
+        }
+    }
 }
 
 /// One observed iteration's wall time.
@@ -769,6 +872,8 @@ impl Default for Capture {
             notes: Vec::new(),
             children: Vec::new(),
             step_seconds: Vec::new(),
+            losses: Vec::new(),
+            op_digests: Vec::new(),
         }
     }
 }
@@ -825,6 +930,30 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_values_keep_nan_and_infinities_through_json() {
+        let c = Capture {
+            losses: vec![0.5, f64::NAN, f64::INFINITY],
+            op_digests: vec![OpDigest {
+                op: "log".into(),
+                location: None,
+                outputs: vec![TensorDigest {
+                    shape: vec![2],
+                    dtype: "torch.float32".into(),
+                    sum: f64::NEG_INFINITY,
+                    norm: f64::NAN,
+                }],
+            }],
+            ..Default::default()
+        };
+        let back = Capture::from_json(&c.to_json()).unwrap();
+        assert_eq!(back.losses[0], 0.5);
+        assert!(back.losses[1].is_nan() && back.losses[2] == f64::INFINITY);
+        let t = &back.op_digests[0].outputs[0];
+        assert!(t.sum == f64::NEG_INFINITY && t.norm.is_nan());
+        assert!(c.to_json().contains("\"-inf\""));
+    }
 
     #[test]
     fn round_trips_through_json() {

@@ -40,6 +40,10 @@ pub struct RunConfig {
     /// writes why, so `gradsleuth run` says that instead of reporting an empty run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// Record what `gradsleuth bisect` compares across environments: each loss's value and a
+    /// digest of every op's outputs in the op-level step (host reads the normal run avoids).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub probe: bool,
 }
 
 impl Default for RunConfig {
@@ -55,6 +59,7 @@ impl Default for RunConfig {
             script: None,
             module: None,
             refusal: None,
+            probe: false,
         }
     }
 }

@@ -16,6 +16,7 @@ pub struct RunConfig {
     script: Option<String>,
     module: Option<String>,
     refusal: Option<String>,
+    probe: bool,
 }
 
 impl From<gradsleuth_model::RunConfig> for RunConfig {
@@ -30,6 +31,7 @@ impl From<gradsleuth_model::RunConfig> for RunConfig {
             script: c.script,
             module: c.module,
             refusal: c.refusal,
+            probe: c.probe,
         }
     }
 }

@@ -22,6 +22,7 @@ mod config;
 mod frames;
 mod graph;
 mod oplog;
+mod probe;
 mod report;
 mod watch;
 
@@ -457,6 +458,26 @@ impl Recorder {
 
     fn note(&mut self, text: String) {
         self.inner.note(text);
+    }
+
+    /// A probe run (`gradsleuth bisect`): losses and op digests are recorded.
+    #[getter]
+    fn probe(&self) -> bool {
+        self.inner.probe
+    }
+
+    #[setter]
+    fn set_probe(&mut self, value: bool) {
+        self.inner.probe = value;
+    }
+
+    /// The loss passed to backward; recorded (one host read) only in a probe run.
+    fn loss_value(&mut self, loss: Bound<'_, PyAny>) {
+        if self.inner.probe {
+            if let Some(v) = probe::scalar(&loss) {
+                self.inner.loss_value(v);
+            }
+        }
     }
 
     /// Keys of every tensor a backward reached, from backward number `since` on.

@@ -231,6 +231,35 @@ impl OpLog {
     }
 }
 
+impl OpLog {
+    /// A probe run: the op's outputs summarised, with the user's line that called it.
+    fn digest(
+        &mut self,
+        py: Python<'_>,
+        recorder: &mut gradsleuth_capture::Recorder,
+        func: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+    ) {
+        let tensor_type = self.handles.tensor_type.bind(py).clone();
+        let outputs = crate::probe::digests(py, out, &tensor_type);
+        let (_, mut host) = self.split(py);
+        let (qual, owner) = host.func_names(func);
+        // A property read (`t.data`) arrives as its descriptor's `__get__`, named by the
+        // attribute; `TensorBase` is what users call `Tensor`.
+        let name = match owner {
+            Some(o) if qual.ends_with(".__get__") => format!("Tensor.{o}"),
+            Some(o) if !qual.contains('.') => format!("{o}.{qual}"),
+            _ => qual,
+        };
+        let name = match name.strip_prefix("TensorBase.") {
+            Some(rest) => format!("Tensor.{rest}"),
+            None => name,
+        };
+        let site = host.stack(1).into_iter().next();
+        recorder.op_digest(name, site.as_ref(), outputs);
+    }
+}
+
 #[pymethods]
 impl OpLog {
     #[new]
@@ -535,6 +564,11 @@ impl OpCall {
             Ok(out) => {
                 if !passive {
                     if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
+                        if let Ok(mut rec) = self.recorder.bind(py).try_borrow_mut() {
+                            if rec.inner.probe {
+                                log.digest(py, &mut rec.inner, &func, &out);
+                            }
+                        }
                         log.op(py, func, args, kwargs, out.clone());
                     }
                 }

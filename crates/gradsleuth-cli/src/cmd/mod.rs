@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod bisect;
 pub mod demo;
 pub mod doctor;
 pub mod explain;

@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// code 124).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
+    /// Record what `gradsleuth bisect` compares (each loss, a digest of every op's outputs),
+    /// with random generators seeded: host reads a normal run avoids.
+    #[arg(long, hide = true)]
+    pub probe: bool,
     #[command(flatten)]
     pub output: Output,
     /// The script and its arguments.
@@ -337,6 +341,7 @@ fn configure(
             _ => None,
         },
         refusal: Some(refusal_path(capture_path).to_string_lossy().into_owned()),
+        probe: args.probe,
         ..Default::default()
     };
     // Not `*.json`: the folder's JSON files are the ranks' captures.
@@ -509,7 +514,7 @@ fn collect(
     })
 }
 
-fn exit_code_of(status: &std::process::ExitStatus) -> i32 {
+pub(crate) fn exit_code_of(status: &std::process::ExitStatus) -> i32 {
     if let Some(c) = status.code() {
         return c;
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -162,12 +163,33 @@ def test_bisect_over_torch_releases_finds_the_weights_only_default(tmp_path):
     assert len(report["tried"]) < len(report["candidates"])
     # The bad run raised before any backward: no op to compare, and it says why.
     assert report["divergence"] is None and "before its first backward" in report["divergence_note"]
-    issue = run_gradsleuth(
-        "bisect", "--good", "2.4.1", "--bad", "2.8.0", "--format", "issue", "--", script, cwd=tmp_path,
-        timeout=1800,
-    )
+    # Without a good end it looks back from the bad one (2.7.1, 2.7.0, then 2.5.1: 1, 2, 4 back) for a release
+    # that behaves differently, then searches from there.
+    issue = run_gradsleuth("bisect", "--bad", "2.8.0", "--format", "issue", "--", script, cwd=tmp_path, timeout=1800)
+    assert issue.returncode == 0, issue.stderr
+    assert "2.5.1: good (looking for a good start)" in issue.stderr
     assert issue.stdout.startswith("### torch 2.6.0 changes this script's behaviour (last good: 2.5.1)")
     assert "- with torch 2.6.0: raised `UnpicklingError: Weights only load failed." in issue.stdout
+
+
+def test_git_bisect_with_a_command_as_the_test(tmp_path):
+    """`--cmd`: the user's own check decides (exit 0 good, 125 cannot tell, else bad), as with
+    `git bisect run`; no script is needed."""
+    repo, shas = history(
+        tmp_path,
+        [
+            ("lib.py", "def scale():\n    return 2\n", "add scale"),
+            ("lib.py", "def scale():\n    return 2  # the usual\n", "comment"),
+            ("lib.py", "def scale():\n    return 3\n", "tune scale"),
+            ("lib.py", "def scale():\n    return 3  # tuned\n", "comment again"),
+        ],
+    )
+    check = f"{sys.executable} -c 'import lib, sys; sys.exit(lib.scale() != 2)'"
+    proc, report = bisect_json(repo, "--cmd", check, "--git", shas["add scale"], "HEAD")
+    assert proc.returncode == 0, proc.stderr
+    assert report["predicate"] == {"kind": "exit", "command": check}
+    assert report["first_bad"] == shas["tune scale"] and report["last_good"] == shas["comment"]
+    assert all(t["evidence"].startswith("exit code") for t in report["tried"])
 
 
 @pytest.mark.parametrize(

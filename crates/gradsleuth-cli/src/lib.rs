@@ -46,6 +46,9 @@ pub enum Command {
     /// what the script does: a binary search with gradsleuth's findings, the error or the
     /// loss as the test, and the first op whose result differs.
     Bisect(cmd::bisect::BisectArgs),
+    /// Cut a script down to a minimal standalone program with the same finding, and write the
+    /// bug report's kit (repro.py, a failing test, a timing stub, the environment, an issue).
+    Repro(cmd::repro::ReproArgs),
     /// One step of `bisect --git` (what `git bisect run` calls).
     #[command(hide = true)]
     BisectStep(cmd::bisect::StepArgs),
@@ -227,6 +230,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Vscode(a) => cmd::vscode::run(a),
         Command::Bisect(a) => cmd::bisect::run(a),
+        Command::Repro(a) => cmd::repro::run(a),
         Command::BisectStep(a) => cmd::bisect::step(a),
     };
     match result {

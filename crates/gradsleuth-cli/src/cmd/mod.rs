@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod explain;
 pub mod lint;
 pub mod report;
+pub mod repro;
 pub mod run;
 pub mod vscode;
 pub mod where_;

@@ -1,0 +1,389 @@
+//! `gradsleuth repro`: cuts a training script down to a minimal standalone program that still
+//! shows the same finding, and writes the kit a bug report needs.
+//!
+//! Candidates run in `python -m gradsleuth._oracle`, which imports torch once and forks a
+//! child per candidate (a run costs the script's own work, not torch's import); each child
+//! runs the candidate as `gradsleuth run --stop-after` would and writes its capture, which is
+//! analysed here. The reduction, the target finding and the kit's texts are
+//! `gradsleuth-repro`'s.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use gradsleuth_model::{Capture, Report, RunConfig};
+use gradsleuth_repro::kit::{symptom_check, Kit};
+use gradsleuth_repro::reduce::code_lines;
+use gradsleuth_repro::{reduce, Target};
+
+use crate::CliError;
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(trailing_var_arg = true)]
+pub struct ReproArgs {
+    /// The finding to keep (a code or a category) [default: the first error, else the first
+    /// warning].
+    #[arg(long, value_name = "CODE")]
+    pub finding: Option<String>,
+    /// Time for the reduction; the smallest program found by then is the answer.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    pub budget: f64,
+    /// Training steps each run observes.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub steps: u32,
+    /// End a candidate's run after SECONDS (it then counts as not showing the finding).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub timeout: f64,
+    /// Folder for the kit.
+    #[arg(long, value_name = "DIR", default_value = "repro")]
+    pub out: PathBuf,
+    /// Python interpreter [default: the one gradsleuth runs in].
+    #[arg(long, value_name = "PY")]
+    pub python: Option<PathBuf>,
+    /// The script and its arguments.
+    #[arg(value_name = "SCRIPT [ARGS]...", allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> CliError + '_ {
+    move |e| CliError::Io(format!("{what}: {e}"))
+}
+
+/// The fork server and the folder its runs write to.
+struct Oracle {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    work: PathBuf,
+    args: Vec<String>,
+    steps: u32,
+    timeout: f64,
+    runs: u32,
+}
+
+/// What one run left.
+struct Outcome {
+    capture: Option<Capture>,
+    report: Option<Report>,
+}
+
+impl Oracle {
+    fn start(
+        python: &Path,
+        script_dir: &Path,
+        work: &Path,
+        args: &ReproArgs,
+    ) -> Result<Oracle, CliError> {
+        let mut paths = vec![script_dir.to_path_buf()];
+        if let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") {
+            paths.push(PathBuf::from(pkg));
+        }
+        if let Some(old) = std::env::var_os("PYTHONPATH") {
+            paths.extend(std::env::split_paths(&old));
+        }
+        let log = std::fs::File::create(work.join("oracle.log"))
+            .map_err(io("cannot write the oracle's log"))?;
+        let mut cmd = Command::new(python);
+        cmd.args(["-m", "gradsleuth._oracle"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        if let Ok(joined) = std::env::join_paths(paths) {
+            cmd.env("PYTHONPATH", joined);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            CliError::Usage(format!(
+                "cannot start {}: {e} (use --python to choose the interpreter)",
+                python.display()
+            ))
+        })?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| CliError::Io("no pipe to the oracle".into()))?;
+        let stdout = BufReader::new(
+            child
+                .stdout
+                .take()
+                .ok_or_else(|| CliError::Io("no pipe from the oracle".into()))?,
+        );
+        Ok(Oracle {
+            child,
+            stdin,
+            stdout,
+            work: work.to_path_buf(),
+            args: args.command[1..].to_vec(),
+            steps: args.steps,
+            timeout: args.timeout,
+            runs: 0,
+        })
+    }
+
+    /// Runs `script` under the tracer; `to_end`: let it finish (else it ends after the
+    /// observed steps).
+    fn run(&mut self, script: &Path, to_end: bool) -> Result<Outcome, CliError> {
+        self.runs += 1;
+        let capture_path = self.work.join("capture.json");
+        let _ = std::fs::remove_file(&capture_path);
+        let config = RunConfig {
+            capture: Some(capture_path.to_string_lossy().into_owned()),
+            steps: self.steps,
+            stop_after: !to_end,
+            refusal: Some(self.work.join("refused.txt").to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+        let config_path = self.work.join("run.config");
+        std::fs::write(&config_path, config.to_json())
+            .map_err(io("cannot write the run configuration"))?;
+        let request = serde_json::json!({
+            "script": script,
+            "args": self.args,
+            "config": config_path,
+            "log": self.work.join("run.log"),
+            "timeout": self.timeout,
+        });
+        writeln!(self.stdin, "{request}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| {
+                CliError::Io(format!(
+                    "the oracle stopped: {e} (see {})",
+                    self.work.join("oracle.log").display()
+                ))
+            })?;
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .map_err(|e| CliError::Io(format!("the oracle stopped: {e}")))?;
+        if line.is_empty() {
+            let why = std::fs::read_to_string(self.work.join("oracle.log")).unwrap_or_default();
+            return Err(CliError::Io(format!(
+                "the oracle stopped: {}",
+                why.lines().last().unwrap_or("no output")
+            )));
+        }
+        if let Ok(why) = std::fs::read_to_string(self.work.join("refused.txt")) {
+            return Err(CliError::Usage(why.trim().to_owned()));
+        }
+        let capture = std::fs::read_to_string(&capture_path)
+            .ok()
+            .and_then(|t| Capture::from_json(&t).ok());
+        let report = capture.as_ref().map(gradsleuth_analysis::analyze);
+        Ok(Outcome { capture, report })
+    }
+}
+
+impl Drop for Oracle {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn error_kind(o: &Outcome) -> Option<String> {
+    o.capture
+        .as_ref()
+        .and_then(|c| c.error.as_ref())
+        .map(|e| e.kind.clone())
+}
+
+fn environment(python: &Path) -> Vec<(String, String)> {
+    let code = "import platform, sys\ntry:\n    import torch\n    t, c = torch.__version__, (torch.version.cuda or 'none')\nexcept Exception as e:\n    t, c = 'not importable', '-'\nprint(platform.python_version()); print(t); print(c); print(platform.platform())";
+    let out = Command::new(python).args(["-c", code]).output().ok();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut lines = text.lines();
+    let mut env = Vec::new();
+    for key in ["Python", "torch", "CUDA (torch built with)", "OS"] {
+        env.push((key.to_owned(), lines.next().unwrap_or("?").to_owned()));
+    }
+    env.push((
+        "gradsleuth".to_owned(),
+        gradsleuth_model::TOOL_VERSION.to_owned(),
+    ));
+    env
+}
+
+pub fn run(args: ReproArgs) -> Result<i32, CliError> {
+    let Some(script) = args.command.first() else {
+        return Err(CliError::Usage(
+            "nothing to reduce: gradsleuth repro train.py [ARGS...]".into(),
+        ));
+    };
+    let script_path = std::path::absolute(script).unwrap_or_else(|_| PathBuf::from(script));
+    let original = std::fs::read_to_string(&script_path)
+        .map_err(|e| CliError::Usage(format!("no such script: {script} ({e})")))?;
+    if !(args.budget.is_finite() && args.budget >= 0.0) {
+        return Err(CliError::Usage("--budget takes a number of seconds".into()));
+    }
+    let script_dir = script_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let python = args
+        .python
+        .clone()
+        .or_else(|| std::env::var_os("GRADSLEUTH_PYTHON").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let tmp = tempfile::tempdir().map_err(io("cannot create a temporary directory"))?;
+    let work = tmp.path();
+    let mut oracle = Oracle::start(&python, &script_dir, work, &args)?;
+    eprintln!("gradsleuth repro: running {script} under gradsleuth...");
+    let baseline = oracle.run(&script_path, false)?;
+    let Some(report) = &baseline.report else {
+        return Err(CliError::Usage(format!(
+            "{script} left no capture (see {})",
+            work.join("run.log").display()
+        )));
+    };
+    let target = Target::choose(report, args.finding.as_deref()).map_err(CliError::Usage)?;
+    let baseline_error = error_kind(&baseline);
+    eprintln!(
+        "gradsleuth repro: keeping {} {}: {}",
+        target.code, target.category, target.message
+    );
+    let candidate = work.join("candidate.py");
+    let holds = |source: &str, oracle: &mut Oracle| -> bool {
+        if std::fs::write(&candidate, source).is_err() {
+            return false;
+        }
+        match oracle.run(&candidate, false) {
+            Ok(o) => {
+                o.report.as_ref().is_some_and(|r| target.holds(r))
+                    && error_kind(&o) == baseline_error
+            }
+            Err(_) => false,
+        }
+    };
+    // Local modules pasted in first, so the result stands alone.
+    let mut start = original.clone();
+    let mut inlined = Vec::new();
+    if let Some((flat, modules)) =
+        gradsleuth_repro::inline::inline_local_imports(&original, &script_dir)
+    {
+        if holds(&flat, &mut oracle) {
+            start = flat;
+            inlined = modules;
+        }
+    }
+    let budget = Duration::from_secs_f64(args.budget);
+    let reduced = reduce(&start, |s| holds(s, &mut oracle), budget);
+    // The kit: repro.py with the symptom check when it holds to the end of the program.
+    std::fs::create_dir_all(&args.out).map_err(io("cannot create the kit's folder"))?;
+    let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
+    let repro = out.join("repro.py");
+    let env = environment(&python);
+    let original_lines = code_lines(&original);
+    let program_lines = code_lines(&reduced.source);
+    let name = script_path
+        .file_name()
+        .map_or_else(|| script.clone(), |n| n.to_string_lossy().into_owned());
+    let mut kit = Kit {
+        target: &target,
+        finding: None,
+        program: &reduced.source,
+        original: &name,
+        original_lines,
+        program_lines,
+        seconds: reduced.seconds,
+        checks: reduced.checks,
+        environment: &env,
+        asserts_symptom: false,
+    };
+    let mut final_report = None;
+    let params: Vec<String> = oracle_params(&mut oracle, &candidate, &reduced.source, &target);
+    if !params.is_empty() {
+        let text = kit.repro_py(Some(&symptom_check(&params)));
+        std::fs::write(&repro, &text).map_err(io("cannot write repro.py"))?;
+        if let Ok(o) = oracle.run(&repro, true) {
+            if error_kind(&o).is_none() && o.report.as_ref().is_some_and(|r| target.holds(r)) {
+                kit.asserts_symptom = true;
+                final_report = o.report;
+            }
+        }
+    }
+    if !kit.asserts_symptom {
+        std::fs::write(&repro, kit.repro_py(None)).map_err(io("cannot write repro.py"))?;
+        final_report = oracle.run(&repro, false).ok().and_then(|o| o.report);
+    }
+    let finding = final_report
+        .as_ref()
+        .and_then(|r| r.findings.iter().find(|f| f.code == target.code).cloned());
+    kit.finding = finding.as_ref();
+    let files = [
+        ("test_repro.py", kit.test_py()),
+        ("bench_repro.py", kit.bench_py()),
+        ("ENVIRONMENT.md", kit.environment_md()),
+        ("ISSUE.md", kit.issue_md()),
+    ];
+    for (file, text) in &files {
+        std::fs::write(out.join(file), text)
+            .map_err(|e| CliError::Io(format!("cannot write {file}: {e}")))?;
+    }
+    let shown = |f: &str| {
+        let p = args.out.join(f);
+        p.to_string_lossy().into_owned()
+    };
+    println!(
+        "gradsleuth repro: {} {} kept in {program_lines} lines ({name}: {original_lines}), {} runs, {:.0} s{}",
+        target.code,
+        target.category,
+        oracle.runs,
+        reduced.seconds,
+        if reduced.timed_out { " (budget reached: a smaller program may exist)" } else { "" }
+    );
+    if !inlined.is_empty() {
+        println!("  local modules pasted in: {}", inlined.join(", "));
+    }
+    println!(
+        "  {:<28} the program{}",
+        shown("repro.py"),
+        if kit.asserts_symptom {
+            " (prints the symptom and asserts it)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  {:<28} fails while the bug exists",
+        shown("test_repro.py")
+    );
+    println!(
+        "  {:<28} a torch.utils.benchmark timing",
+        shown("bench_repro.py")
+    );
+    println!(
+        "  {:<28} Python, torch, CUDA, OS, gradsleuth",
+        shown("ENVIRONMENT.md")
+    );
+    println!(
+        "  {:<28} Problem, Root cause, Fix, Test, Performance",
+        shown("ISSUE.md")
+    );
+    Ok(0)
+}
+
+/// The parameter names the reduced program's finding gives (they may differ from the
+/// original's when the model was renamed on the way).
+fn oracle_params(
+    oracle: &mut Oracle,
+    candidate: &Path,
+    source: &str,
+    target: &Target,
+) -> Vec<String> {
+    if std::fs::write(candidate, source).is_err() {
+        return Vec::new();
+    }
+    oracle
+        .run(candidate, false)
+        .ok()
+        .and_then(|o| o.report)
+        .and_then(|r| {
+            r.findings
+                .into_iter()
+                .find(|f| f.code == target.code)
+                .map(|f| f.params)
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,205 @@
+//! The files of a bug report, filled from the finding: `repro.py` (the reduced program, with a
+//! check that prints the symptom and asserts it when the finding names parameters that get no
+//! gradient), `test_repro.py` (fails while the bug exists), `bench_repro.py` (a
+//! `torch.utils.benchmark` timing of one run), `ENVIRONMENT.md` and `ISSUE.md` (Problem · Root
+//! cause · Fix · Test · Performance).
+
+use gradsleuth_model::Finding;
+
+use crate::target::Target;
+
+/// What the kit is made from.
+pub struct Kit<'a> {
+    pub target: &'a Target,
+    /// The finding as the reduced program's run reports it (its line, its fix).
+    pub finding: Option<&'a Finding>,
+    /// The reduced program.
+    pub program: &'a str,
+    pub original: &'a str,
+    pub original_lines: usize,
+    pub program_lines: usize,
+    pub seconds: f64,
+    pub checks: u32,
+    pub environment: &'a [(String, String)],
+    /// Whether `repro.py` asserts the symptom itself (the trailer held when it was run).
+    pub asserts_symptom: bool,
+}
+
+/// Python that finds the named parameters among the program's modules and asserts that none
+/// of them received a gradient. Appended to the program; kept only if it holds when run.
+pub fn symptom_check(params: &[String]) -> String {
+    let names: Vec<String> = params.iter().map(|p| format!("{p:?}")).collect();
+    format!(
+        r#"
+# --- the symptom (gradsleuth repro) ---
+import torch as _torch
+_named = {{{names}}}
+_seen = {{n: p for v in list(globals().values()) if isinstance(v, _torch.nn.Module) for n, p in v.named_parameters()}}
+_stuck = sorted(n for n in _named if n in _seen and (_seen[n].grad is None or not bool(_seen[n].grad.any())))
+print("no gradient reached:", ", ".join(_stuck) or "(every named parameter got one)")
+assert _stuck, "the symptom is gone: every named parameter received a gradient"
+"#,
+        names = names.join(", ")
+    )
+}
+
+impl Kit<'_> {
+    pub fn repro_py(&self, check: Option<&str>) -> String {
+        let mut s = format!(
+            "# Minimal reproduction of gradsleuth {} ({}): {}\n# Reduced from {} ({} lines) to {} lines by `gradsleuth repro`.\n",
+            self.target.code,
+            self.target.category,
+            self.target.message,
+            self.original,
+            self.original_lines,
+            self.program_lines
+        );
+        s.push_str(self.program);
+        if let Some(c) = check {
+            s.push_str(c);
+        }
+        s
+    }
+
+    pub fn test_py(&self) -> String {
+        format!(
+            r#""""Fails while the bug exists: gradsleuth still reports {code} ({category}) on repro.py."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+
+def test_repro_no_longer_shows_{name}(tmp_path):
+    out = tmp_path / "report.json"
+    repro = pathlib.Path(__file__).with_name("repro.py")
+    subprocess.run(
+        [sys.executable, "-m", "gradsleuth", "run", "--format", "json", "--out", str(out),
+         "--fail-on", "never", str(repro)],
+        check=True,
+    )
+    codes = [f["code"] for f in json.loads(out.read_text())["findings"]]
+    assert "{code}" not in codes, "{message}"
+"#,
+            code = self.target.code,
+            category = self.target.category,
+            name = self.target.category,
+            message = self
+                .target
+                .message
+                .replace('\\', "\\\\")
+                .replace('"', "\\\""),
+        )
+    }
+
+    pub fn bench_py(&self) -> String {
+        r#""""Times one run of repro.py with torch.utils.benchmark (for performance issues)."""
+
+import pathlib
+
+import torch.utils.benchmark as benchmark
+
+path = pathlib.Path(__file__).with_name("repro.py")
+code = compile(path.read_text(), str(path), "exec")
+timer = benchmark.Timer(stmt="exec(code, {'__name__': '__main__'})", globals={"code": code})
+print(timer.blocked_autorange(min_run_time=1.0))
+"#
+        .to_owned()
+    }
+
+    pub fn environment_md(&self) -> String {
+        let mut s = String::from("| | |\n| --- | --- |\n");
+        for (k, v) in self.environment {
+            s.push_str(&format!("| {k} | {v} |\n"));
+        }
+        s
+    }
+
+    pub fn issue_md(&self) -> String {
+        let rule = gradsleuth_rules::rule(&self.target.code);
+        let title = rule.map_or(self.target.category.clone(), |r| r.pitfall.title.clone());
+        let mut s = format!("### {title}: {}\n\n", self.target.message);
+        s.push_str(&format!(
+            "**Problem.** gradsleuth reports {} ({}): {}",
+            self.target.code, self.target.category, self.target.message
+        ));
+        if let Some(loc) = self.finding.and_then(|f| f.location.as_ref()) {
+            s.push_str(&format!(" (`repro.py` line {})", loc.line));
+        }
+        s.push_str(".\n\n");
+        if let Some(r) = rule {
+            s.push_str(&format!("**Root cause.** {}\n\n", r.pitfall.why.trim()));
+        }
+        let fix = self
+            .finding
+            .and_then(|f| f.fix.clone())
+            .or_else(|| rule.map(|r| r.pitfall.fix.trim().to_owned()));
+        if let Some(fix) = fix {
+            s.push_str(&format!("**Fix.** {fix}\n\n"));
+        }
+        s.push_str(&format!(
+            "**Test.** `pytest test_repro.py` fails while the bug exists (gradsleuth still reports {} on `repro.py`){}.\n\n",
+            self.target.code,
+            if self.asserts_symptom {
+                "; `python repro.py` prints the parameters no gradient reached and asserts it"
+            } else {
+                ""
+            }
+        ));
+        s.push_str("**Performance.** `python bench_repro.py` times one run with `torch.utils.benchmark`.\n\n");
+        s.push_str(&format!(
+            "**Reproduce.** `python repro.py`: {} lines, reduced from `{}` ({} lines) by `gradsleuth repro` in {:.0} s ({} runs).\n\n",
+            self.program_lines, self.original, self.original_lines, self.seconds, self.checks
+        ));
+        s.push_str("**Environment.**\n\n");
+        s.push_str(&self.environment_md());
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kit_is_filled_from_the_finding_and_its_rule() {
+        let target = Target {
+            code: "GS201".into(),
+            category: "detach".into(),
+            roles: vec!["head.weight".into()],
+            message: "`.detach()` cuts `head` off the loss".into(),
+        };
+        let env = vec![("torch".to_owned(), "2.15.0".to_owned())];
+        let kit = Kit {
+            target: &target,
+            finding: None,
+            program: "import torch\n",
+            original: "train.py",
+            original_lines: 120,
+            program_lines: 9,
+            seconds: 31.0,
+            checks: 40,
+            environment: &env,
+            asserts_symptom: true,
+        };
+        let issue = kit.issue_md();
+        for part in [
+            "**Problem.** gradsleuth reports GS201",
+            "**Root cause.**",
+            "**Fix.**",
+            "**Test.**",
+            "**Performance.**",
+            "| torch | 2.15.0 |",
+            "9 lines, reduced from `train.py` (120 lines)",
+        ] {
+            assert!(issue.contains(part), "{part}:\n{issue}");
+        }
+        assert!(kit.test_py().contains("assert \"GS201\" not in codes"));
+        let check = symptom_check(&["head.weight".to_owned()]);
+        assert!(check.contains("_named = {\"head.weight\"}"), "{check}");
+        assert!(kit
+            .repro_py(Some(&check))
+            .starts_with("# Minimal reproduction of gradsleuth GS201 (detach)"));
+    }
+}

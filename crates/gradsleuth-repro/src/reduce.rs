@@ -342,10 +342,7 @@ impl<F: FnMut(&str) -> bool> Search<F> {
     fn unwrap(&mut self, mut current: String) -> (String, bool) {
         let mut changed = false;
         let mut i = 0;
-        loop {
-            let Some(outline) = Outline::new(&current) else {
-                break;
-            };
+        while let Some(outline) = Outline::new(&current) {
             let Some(c) = outline.compounds.get(i).cloned() else {
                 break;
             };

@@ -1,7 +1,7 @@
 """gradsleuth benchmarks, each side by side with its anchor in one run; ratios printed.
 
     make bench            # everything
-    python bench/run.py walk|step|op|watch|programs|graph|where|explain|merge|lint
+    python bench/run.py walk|step|op|watch|programs|graph|where|explain|merge|lint|install|repro|repro-all
     python bench/run.py programs --against DIR   # also another build of the package (before/after)
 
 walk: an autograd graph of about 1,000,000 nodes: the Rust walk (`gradsleuth._core.walk`) vs a
@@ -21,6 +21,8 @@ programs: seven realistic training programs (bench/programs: a CNN classifier, a
       BERT from a config), their training code unmodified, each observed inside its own
       process: the op-level iteration, the cheap-tier iterations, those after the hooks are
       removed, and watch's steady state, as ratios to the same process's plain iterations.
+repro: `gradsleuth repro` on a sample of the case corpus's buggy cases (`repro-all`: every one):
+      lines kept beside the original's, runs, seconds; the goal is 80% at <= 30 lines in 2 min.
 lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
       subset of torch's Python sources and on all of them: CPU s, wall s, lines/s, peak RSS.
 """
@@ -1121,6 +1123,62 @@ def bench_merge(ranks=1000):
         print("goal: merge under 5 s and under 1 GB")
 
 
+def bench_repro(sample=12, budget=120.0, goal_lines=30, goal_seconds=120.0):
+    """`gradsleuth repro` on the buggy cases of the case corpus (every k-th of them, sorted;
+    `repro-all`: all): lines of the reduced program beside the original's, runs, seconds."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    cases = sorted(
+        p
+        for p in (root / "tests" / "cases").iterdir()
+        if (p / "train.py").exists() and not p.name.startswith("control_")
+    )
+    if sample and len(cases) > sample:
+        step = len(cases) / sample
+        cases = [cases[int(i * step)] for i in range(sample)]
+    exe = str(Path(sys.executable).parent / "gradsleuth")
+    rows = []
+    print(f"\nrepro: {len(cases)} buggy cases of the corpus, budget {budget:.0f} s each")
+    print(f"{'case':42}{'lines':>7}{'->':>4}{'kept':>6}{'runs':>6}{'s':>7}  finding")
+    for case in cases:
+        text = (case / "train.py").read_text()
+        original = sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [exe, "repro", "--budget", str(budget), "--out", os.path.join(d, "kit"), "--", str(case / "train.py")],
+                cwd=d, capture_output=True, text=True, timeout=budget * 3 + 120,
+            )
+            seconds = time.perf_counter() - t0
+        m = re.search(r"gradsleuth repro: (\S+) (\S+) kept in (\d+) lines .*?, (\d+) runs", proc.stdout)
+        if proc.returncode != 0 or not m:
+            why = (proc.stderr.strip().splitlines() or ["?"])[-1][:60]
+            rows.append((case.name, original, None, seconds))
+            print(f"{case.name:42}{original:7}{'':>4}{'-':>6}{'-':>6}{seconds:7.1f}  not reduced: {why}")
+            continue
+        kept = int(m.group(3))
+        rows.append((case.name, original, kept, seconds))
+        print(f"{case.name:42}{original:7}{'':>4}{kept:6}{m.group(4):>6}{seconds:7.1f}  {m.group(1)} {m.group(2)}")
+    done = [r for r in rows if r[2] is not None]
+    good = [r for r in done if r[2] <= goal_lines and r[3] <= goal_seconds]
+    if done:
+        sizes = sorted(r[2] for r in done)
+        times = sorted(r[3] for r in done)
+        print(f"lines kept: min {sizes[0]}, median {statistics.median(sizes):.0f}, max {sizes[-1]}; "
+              f"original median {statistics.median(r[1] for r in done):.0f}")
+        print(f"seconds: median {statistics.median(times):.0f}, max {times[-1]:.0f}")
+    share = len(good) / len(rows) if rows else 0.0
+    print(
+        f"goal: at least 80% of cases at most {goal_lines} lines within {goal_seconds:.0f} s: "
+        f"{len(good)}/{len(rows)} = {share:.0%}"
+    )
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     against = None
@@ -1128,7 +1186,9 @@ if __name__ == "__main__":
         i = args.index("--against")
         against = args[i + 1]
         del args[i : i + 2]
-    which = args or ["walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint", "install"]
+    which = args or [
+        "walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint", "install", "repro"
+    ]
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -1154,3 +1214,7 @@ if __name__ == "__main__":
         bench_lint()
     if "install" in which:
         bench_install()
+    if "repro" in which:
+        bench_repro()
+    if "repro-all" in which:
+        bench_repro(sample=0)

@@ -43,7 +43,7 @@ def main() -> int:
             finally:
                 os._exit(code)
         deadline = time.monotonic() + float(req.get("timeout", 60))
-        status = None
+        status: int | str | None = None
         while status is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:

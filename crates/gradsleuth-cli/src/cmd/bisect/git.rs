@@ -90,14 +90,7 @@ pub(super) fn git_bisect(
     }
     let run_dir = clone.join(&rel_cwd);
     let python = base_python(args.python.as_ref());
-    let runner = Runner {
-        command: args.command.clone(),
-        shell: args.predicate.shell.clone(),
-        steps: args.steps,
-        timeout: args.timeout,
-        python: args.python.clone(),
-        work: work.join("runs"),
-    };
+    let runner = Runner::of(args, work.join("runs"));
     let at = |sha: &str| -> Result<Run, CliError> {
         git(&clone, &["checkout", "-q", "--force", sha])?;
         runner.run(&sha[..12.min(sha.len())], None, Some(&run_dir))

@@ -308,17 +308,24 @@ impl Releases<'_> {
     }
 }
 
+impl Runner {
+    /// The runner of a bisect: its script, test command, steps, limits; runs go under `work`.
+    fn of(args: &BisectArgs, work: PathBuf) -> Runner {
+        Runner {
+            command: args.command.clone(),
+            shell: args.predicate.shell.clone(),
+            steps: args.steps,
+            timeout: args.timeout,
+            python: args.python.clone(),
+            work,
+        }
+    }
+}
+
 fn release_bisect(args: &BisectArgs, work: &Path) -> Result<BisectReport, CliError> {
     let python = base_python(args.python.as_ref());
     let installer = Installer::new(&python, &args.package, work)?;
-    let runner = Runner {
-        command: args.command.clone(),
-        shell: args.predicate.shell.clone(),
-        steps: args.steps,
-        timeout: args.timeout,
-        python: args.python.clone(),
-        work: work.to_path_buf(),
-    };
+    let runner = Runner::of(args, work.to_path_buf());
     let parse = |v: &str| {
         Version::parse(v).ok_or_else(|| CliError::Usage(format!("not a release version: {v}")))
     };

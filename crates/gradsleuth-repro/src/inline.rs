@@ -1,8 +1,10 @@
 //! Local modules pasted into the script, so the reduced program stands alone: a top-level
 //! `from helpers import Net, train as fit` whose module is a file next to the script is
 //! replaced by that file's code (its `if __name__ == "__main__":` block and `from __future__`
-//! imports left out) and `fit = train` for each alias. Repeated for the modules those import;
-//! a module is pasted once.
+//! imports left out) and `fit = train` for each alias; `import helpers` (or `as h`) by the
+//! code and a namespace of the names it defines (`helpers = SimpleNamespace(Net=Net, ...)`), so
+//! `helpers.Net` still resolves. Repeated for the modules those import; a module is pasted
+//! once.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -47,8 +49,100 @@ fn pasteable(module: &str) -> Option<String> {
     Some(out)
 }
 
+/// The names a module's top level binds (definitions, plain assignments, imports).
+fn defined(module: &str) -> Vec<String> {
+    let Ok(parsed) = ruff_python_parser::parse_module(module) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |n: &str| {
+        if !n.starts_with("__") && !names.iter().any(|x| x == n) {
+            names.push(n.to_owned());
+        }
+    };
+    for s in &parsed.syntax().body {
+        match s {
+            Stmt::FunctionDef(f) => add(f.name.as_str()),
+            Stmt::ClassDef(c) => add(c.name.as_str()),
+            Stmt::Assign(a) => {
+                for t in &a.targets {
+                    if let Expr::Name(n) = t {
+                        add(n.id.as_str());
+                    }
+                }
+            }
+            Stmt::AnnAssign(a) => {
+                if let Expr::Name(n) = a.target.as_ref() {
+                    add(n.id.as_str());
+                }
+            }
+            Stmt::Import(i) => {
+                for a in &i.names {
+                    let bound = a.asname.as_ref().map_or_else(
+                        || a.name.as_str().split('.').next().unwrap_or("").to_owned(),
+                        |n| n.as_str().to_owned(),
+                    );
+                    add(&bound);
+                }
+            }
+            Stmt::ImportFrom(f) if f.module.as_ref().is_none_or(|m| m.as_str() != "__future__") => {
+                for a in &f.names {
+                    if a.name.as_str() != "*" {
+                        add(a.asname.as_ref().map_or(a.name.as_str(), |n| n.as_str()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// `import helpers` / `import helpers as h` of a local module: the module's code and a
+/// namespace bound to the imported name.
+fn inline_import(source: &str, s: &Stmt, dir: &Path, done: &mut Vec<String>) -> Option<String> {
+    let Stmt::Import(i) = s else { return None };
+    // One module per statement: `import a, b` stays as it is.
+    let [alias] = i.names.as_slice() else {
+        return None;
+    };
+    let module = alias.name.as_str();
+    if module.contains('.') || !dir.join(format!("{module}.py")).is_file() {
+        return None;
+    }
+    let code = std::fs::read_to_string(dir.join(format!("{module}.py"))).ok()?;
+    let bound = alias.asname.as_ref().map_or(module, |n| n.as_str());
+    let mut text = String::new();
+    if !done.iter().any(|d| d == module) {
+        text.push_str(&format!("# --- from {module}.py ---\n"));
+        text.push_str(&pasteable(&code)?);
+        text.push_str(&format!("# --- end of {module}.py ---\n"));
+    }
+    let fields: Vec<String> = defined(&code).iter().map(|n| format!("{n}={n}")).collect();
+    text.push_str(&format!(
+        "import types as _types\n{bound} = _types.SimpleNamespace({})\n",
+        fields.join(", ")
+    ));
+    let range = s.range();
+    let out = format!(
+        "{}{}{}",
+        &source[..range.start().to_usize()],
+        text.trim_end_matches('\n'),
+        &source[range.end().to_usize()..]
+    );
+    if !done.iter().any(|d| d == module) {
+        done.push(module.to_owned());
+    }
+    Some(out)
+}
+
 fn inline_once(source: &str, dir: &Path, done: &mut Vec<String>) -> Option<String> {
     let parsed = ruff_python_parser::parse_module(source).ok()?;
+    for s in &parsed.syntax().body {
+        if let Some(out) = inline_import(source, s, dir, done) {
+            return Some(out);
+        }
+    }
     let seen: HashSet<&str> = done.iter().map(String::as_str).collect();
     for s in &parsed.syntax().body {
         let Stmt::ImportFrom(f) = s else { continue };
@@ -98,7 +192,7 @@ mod tests {
 
     #[test]
     fn pastes_local_modules_once_with_their_aliases() {
-        let dir = tempfile_dir();
+        let dir = tempfile_dir("from");
         std::fs::write(
             dir.join("models.py"),
             "from __future__ import annotations\nimport torch\nfrom layers import Block\n\nclass Net(torch.nn.Module):\n    pass\n\nif __name__ == \"__main__\":\n    Net()\n",
@@ -127,8 +221,34 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    fn tempfile_dir() -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("gradsleuth-inline-{}", std::process::id()));
+    #[test]
+    fn an_imported_module_becomes_a_namespace_of_what_it_defines() {
+        let dir = tempfile_dir("ns");
+        std::fs::write(
+            dir.join("helpers.py"),
+            "import torch\nfrom torch import nn as tnn\nSCALE: float = 2.0\ndef make():\n    return tnn.Linear(2, 2)\nclass Box:\n    pass\n",
+        )
+        .unwrap();
+        let src = "import torch\nimport helpers as h\nm = h.make()\n";
+        let (out, done) = inline_local_imports(src, &dir).unwrap();
+        assert_eq!(done, ["helpers"]);
+        assert!(
+            out.contains(
+                "h = _types.SimpleNamespace(torch=torch, tnn=tnn, SCALE=SCALE, make=make, Box=Box)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("def make():") && !out.contains("import helpers"),
+            "{out}"
+        );
+        assert!(ruff_python_parser::parse_module(&out).is_ok(), "{out}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("gradsleuth-inline-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }

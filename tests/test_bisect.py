@@ -120,6 +120,26 @@ def test_git_bisect_on_the_loss_says_when_the_first_step_cannot_show_it(tmp_path
     assert "returns the same values in both" in report["divergence_note"]
 
 
+def test_the_first_op_whose_value_differs_is_named_with_both_values(tmp_path):
+    repo, shas = history(
+        tmp_path,
+        [
+            ("train.py", TRAIN, "train a small MLP"),
+            ("train.py", TRAIN.replace("manual_seed(0)", "manual_seed(1)"), "another seed"),
+            ("NOTES.md", "notes\n", "notes"),
+        ],
+    )
+    proc, report = bisect_json(repo, "--loss", "1", "--git", shas["train a small MLP"], "HEAD", "--", "train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert report["first_bad"] == shas["another seed"]
+    # The data made before the first forward differs, so the first op of the step does.
+    div = report["divergence"]
+    assert div["difference"] == "value" and div["good_index"] == 0 and div["bad_index"] == 0
+    assert div["good"]["op"] == div["bad"]["op"] and div["bad"]["location"]["line"] == 9
+    good, bad = div["good"]["outputs"][0], div["bad"]["outputs"][0]
+    assert good["shape"] == bad["shape"] == [32, 16] and good["sum"] != bad["sum"]
+
+
 def test_bisect_over_torch_releases_finds_the_weights_only_default(tmp_path):
     """torch 2.6 made `torch.load` refuse pickled objects by default: a checkpoint that stores
     its config object loads on 2.5.1 and fails on 2.6.0. The releases between the ends come

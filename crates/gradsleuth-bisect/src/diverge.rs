@@ -99,9 +99,24 @@ pub fn first_divergence(good: &[OpDigest], bad: &[OpDigest], rel_tol: f64) -> Op
     let mut unpaired = 0usize;
     let mut equal = 0usize;
     let mut first_unpaired: Option<(Option<usize>, Option<usize>)> = None;
+    // Where the two runs first call different ops at the same place (a swapped op): when
+    // values differ after it, the swap is where they parted.
+    let mut swap: Option<(usize, usize)> = None;
     while i < good.len() && j < bad.len() {
         if key(&good[i]) == key(&bad[j]) {
             if let Some((difference, output)) = op_difference(&good[i], &bad[j], rel_tol) {
+                if let Some((gi, bj)) = swap {
+                    return Some(Divergence {
+                        difference: Difference::Unpaired,
+                        good_index: Some(gi),
+                        bad_index: Some(bj),
+                        good: Some(good[gi].clone()),
+                        bad: Some(bad[bj].clone()),
+                        output: None,
+                        unpaired_before: 0,
+                        equal_before: equal,
+                    });
+                }
                 return Some(Divergence {
                     difference,
                     good_index: Some(i),
@@ -142,6 +157,7 @@ pub fn first_divergence(good: &[OpDigest], bad: &[OpDigest], rel_tol: f64) -> Op
             }
             (None, None) => {
                 first_unpaired.get_or_insert((Some(i), Some(j)));
+                swap.get_or_insert((i, j));
                 unpaired += 2;
                 i += 1;
                 j += 1;
@@ -243,6 +259,24 @@ mod tests {
         assert_eq!(d.difference, Difference::Value);
         assert_eq!(d.unpaired_before, 2);
         assert_eq!((d.good_index, d.bad_index), (Some(1), Some(3)));
+    }
+
+    #[test]
+    fn a_swapped_op_is_where_the_runs_part_not_the_values_after_it() {
+        let good = vec![
+            op("linear", 9, &[(1.0, 2.0)]),
+            op("relu", 9, &[(0.5, 1.0)]),
+            op("linear", 10, &[(3.0, 3.0)]),
+        ];
+        let bad = vec![
+            op("linear", 9, &[(1.0, 2.0)]),
+            op("gelu", 9, &[(0.4, 0.9)]),
+            op("linear", 10, &[(2.0, 2.5)]),
+        ];
+        let d = first_divergence(&good, &bad, 1e-6).expect("differs");
+        assert_eq!(d.difference, Difference::Unpaired);
+        assert_eq!(d.good.unwrap().op, "relu");
+        assert_eq!(d.bad.unwrap().op, "gelu");
     }
 
     #[test]

@@ -210,6 +210,8 @@ pub struct OpLog {
     log: gradsleuth_capture::OpLog<Keeper, Py<PyAny>>,
     handles: Handles,
     frames: FrameWalker,
+    /// gradsleuth's own package folder: ops its hooks make are not the user's (probe runs).
+    own_dir: Option<String>,
 }
 
 impl OpLog {
@@ -240,8 +242,29 @@ impl OpLog {
         func: &Bound<'_, PyAny>,
         out: &Bound<'_, PyAny>,
     ) {
+        // An op called by gradsleuth's own hooks (reading a parameter's shape, registering a
+        // hook) is not part of the user's step.
+        if let Some(own) = &self.own_dir {
+            let caller: Option<String> = self
+                .handles
+                .getframe
+                .bind(py)
+                .call1((0,))
+                .and_then(|f| f.getattr("f_code"))
+                .and_then(|c| c.getattr("co_filename"))
+                .and_then(|n| n.extract())
+                .ok();
+            if caller.is_some_and(|c| c.starts_with(own.as_str())) {
+                return;
+            }
+        }
         let tensor_type = self.handles.tensor_type.bind(py).clone();
         let outputs = crate::probe::digests(py, out, &tensor_type);
+        // A result with no tensor and no number (a hook handle, None, a profiler record)
+        // has no value that could differ.
+        if outputs.is_empty() {
+            return;
+        }
         let (_, mut host) = self.split(py);
         let (qual, owner) = host.func_names(func);
         // A property read (`t.data`) arrives as its descriptor's `__get__`, named by the
@@ -283,6 +306,16 @@ impl OpLog {
                     .unbind(),
             },
             frames: FrameWalker::new(skip_prefixes, library_prefixes),
+            own_dir: py
+                .import("gradsleuth")
+                .and_then(|m| m.getattr("__file__"))
+                .and_then(|f| f.extract::<String>())
+                .ok()
+                .and_then(|f| {
+                    std::path::Path::new(&f)
+                        .parent()
+                        .map(|d| format!("{}/", d.display()))
+                }),
         })
     }
 

@@ -73,7 +73,11 @@ fn tensor(py: Python<'_>, t: &Bound<'_, PyAny>) -> TensorDigest {
         let both = torch
             .getattr("stack")?
             .call1(((d.call_method0("sum")?, d.call_method0("norm")?),))?;
-        both.call_method0("tolist")?.extract()
+        let v: Vec<f64> = both.call_method0("tolist")?.extract()?;
+        match v.as_slice() {
+            [s, n] => Ok((*s, *n)),
+            _ => Ok((f64::NAN, f64::NAN)),
+        }
     };
     let (sum, norm) = values().unwrap_or((f64::NAN, f64::NAN));
     TensorDigest {

@@ -219,6 +219,7 @@ def test_git_bisect_with_a_command_as_the_test(tmp_path):
         (["--good", "2.8.0", "--bad", "2.8.0", "--", "train.py"], "--good and --bad are the same release"),
         (["--good", "2.1.0", "--", "missing.py"], "no such script: missing.py"),
         (["--good", "2.1.0"], "nothing to run"),
+        (["--loss", "--bad", "2.8.0", "--", "train.py"], "--loss compares each release with the good end's loss"),
         (["--git", "HEAD~1", "HEAD", "--", "train.py"], "is not inside a git repository"),
     ],
 )

@@ -187,24 +187,6 @@ fn error_kind(o: &Outcome) -> Option<String> {
         .map(|e| e.kind.clone())
 }
 
-fn environment(python: &Path) -> Vec<(String, String)> {
-    let code = "import platform, sys\ntry:\n    import torch\n    t, c = torch.__version__, (torch.version.cuda or 'none')\nexcept Exception as e:\n    t, c = 'not importable', '-'\nprint(platform.python_version()); print(t); print(c); print(platform.platform())";
-    let out = Command::new(python).args(["-c", code]).output().ok();
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let mut lines = text.lines();
-    let mut env = Vec::new();
-    for key in ["Python", "torch", "CUDA (torch built with)", "OS"] {
-        env.push((key.to_owned(), lines.next().unwrap_or("?").to_owned()));
-    }
-    env.push((
-        "gradsleuth".to_owned(),
-        gradsleuth_model::TOOL_VERSION.to_owned(),
-    ));
-    env
-}
-
 pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     let Some(script) = args.command.first() else {
         return Err(CliError::Usage(
@@ -273,7 +255,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     std::fs::create_dir_all(&args.out).map_err(io("cannot create the kit's folder"))?;
     let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
     let repro = out.join("repro.py");
-    let env = environment(&python);
+    let env = super::environment(&python);
     let original_lines = code_lines(&original);
     let program_lines = code_lines(&reduced.source);
     let name = script_path

@@ -35,6 +35,10 @@ pub(super) fn output(cmd: &mut Command) -> Result<(bool, String, String), CliErr
     ))
 }
 
+/// What an overlay's completion mark says when the release has its own dependencies (an
+/// empty mark: the environment's).
+const OWN: &str = "own dependencies";
+
 /// Installs releases into overlay folders.
 pub(super) struct Installer {
     pub(super) python: PathBuf,
@@ -133,7 +137,9 @@ impl Installer {
 
     /// The overlay folder holding `version` (installed on first use). Err: why it cannot be
     /// installed here.
-    pub(super) fn overlay(&self, version: &str) -> Result<(PathBuf, Option<String>), String> {
+    /// The bool: it was installed with its own dependencies (the environment's versions do not
+    /// fit it).
+    pub(super) fn overlay(&self, version: &str) -> Result<(PathBuf, bool), String> {
         let dir = self.cache.join(format!(
             "{}-{}-{}",
             safe_name(&self.package),
@@ -141,8 +147,8 @@ impl Installer {
             self.python_tag
         ));
         let done = dir.join(".gradsleuth-complete");
-        if let Ok(note) = std::fs::read_to_string(&done) {
-            return Ok((dir, Some(note).filter(|n| !n.trim().is_empty())));
+        if let Ok(mark) = std::fs::read_to_string(&done) {
+            return Ok((dir, !mark.trim().is_empty()));
         }
         let _ = std::fs::remove_dir_all(&dir);
         let spec = format!("{}=={version}", self.package);
@@ -178,14 +184,14 @@ impl Installer {
                     .join(" "))
             }
         };
-        let note = match attempt(true) {
-            Ok(()) => None,
+        let own = match attempt(true) {
+            Ok(()) => false,
             Err(_) => match attempt(false) {
-                Ok(()) => Some("own".to_owned()),
+                Ok(()) => true,
                 Err(e) => return Err(format!("cannot install {spec} for this Python: {e}")),
             },
         };
-        let _ = std::fs::write(&done, note.clone().unwrap_or_default());
-        Ok((dir, note))
+        let _ = std::fs::write(&done, if own { OWN } else { "" });
+        Ok((dir, own))
     }
 }

@@ -19,7 +19,6 @@ mod install;
 mod runner;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gradsleuth_bisect::predicate::{derive, Observation, Predicate};
 use gradsleuth_bisect::report::{BisectReport, Tried, BISECT_FORMAT};
@@ -30,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::CliError;
 use git::git_bisect;
-use install::{output, Installer};
+use install::Installer;
 use runner::{base_python, io, Run, Runner};
 
 pub use git::step;
@@ -143,27 +142,19 @@ fn chosen(args: &PredicateArgs, rel_tol: f64) -> Option<Predicate> {
         .map(|c| Predicate::Exit { command: c.clone() })
 }
 
+/// The report's environment: the machine as the base interpreter sees it, and `extra`.
 fn environment(
     python: &Path,
     extra: &[(&str, String)],
 ) -> std::collections::BTreeMap<String, String> {
-    let mut env = std::collections::BTreeMap::new();
-    if let Ok((true, out, _)) = output(Command::new(python).args([
-        "-c",
-        "import platform; print(platform.python_version()); print(platform.platform())",
-    ])) {
-        let mut lines = out.lines();
-        if let Some(v) = lines.next() {
-            env.insert("python".to_owned(), v.to_owned());
-        }
-        if let Some(v) = lines.next() {
-            env.insert("os".to_owned(), v.to_owned());
-        }
-    }
-    env.insert(
-        "gradsleuth".to_owned(),
-        gradsleuth_model::TOOL_VERSION.to_owned(),
-    );
+    let mut env: std::collections::BTreeMap<String, String> = super::environment(python)
+        .into_iter()
+        .map(|(k, v)| match k.as_str() {
+            // The candidates' torch is in each run's evidence; this is the environment's own.
+            "torch" => ("torch (this environment)".to_owned(), v),
+            _ => (k, v),
+        })
+        .collect();
     for (k, v) in extra {
         env.insert((*k).to_owned(), v.clone());
     }
@@ -285,13 +276,13 @@ impl Releases<'_> {
             self.package
         );
         let run = match self.installer.overlay(&label) {
-            Ok((dir, note)) => {
+            Ok((dir, own)) => {
                 let mut r = self.runner.run(&label, Some(&dir), None)?;
-                r.note = note;
+                r.own_dependencies = own;
                 r
             }
             Err(why) => Run {
-                note: None,
+                own_dependencies: false,
                 observation: Observation::default(),
                 capture: None,
                 broken: Some(why),
@@ -365,6 +356,11 @@ fn release_bisect(args: &BisectArgs, work: &Path) -> Result<BisectReport, CliErr
             runs.ensure(&bad)?;
             g
         }
+        None if args.predicate.loss.is_some() => {
+            return Err(CliError::Usage(
+                "--loss compares each release with the good end's loss: give --good VERSION".into(),
+            ))
+        }
         None => {
             // Back from the bad end until a release is good.
             runs.ensure(&bad)?;
@@ -383,7 +379,8 @@ fn release_bisect(args: &BisectArgs, work: &Path) -> Result<BisectReport, CliErr
                 runs.ensure(&v)?;
                 let run = runs.get(&v);
                 let verdict = match &user {
-                    Some(p) => judge(p, run, Some(&run.observation)).0,
+                    // No reference yet: --loss was refused above, the rest need none.
+                    Some(p) => judge(p, run, None).0,
                     None if run.broken.is_some() => Verdict::Skip,
                     None => {
                         match derive(&run.observation, &runs.get(&bad).observation, args.loss_tol) {
@@ -450,18 +447,21 @@ fn release_bisect(args: &BisectArgs, work: &Path) -> Result<BisectReport, CliErr
         runs.runs.get(&first_bad).and_then(|r| r.capture.as_ref()),
         args.loss_tol,
     );
-    let installed = installer
-        .installed()
-        .unwrap_or_else(|| "not installed".into());
-    let mut own: Vec<&Version> = candidates
+    let own: Vec<&Version> = candidates
         .iter()
         .filter(|v| {
             runs.runs
                 .get(&v.to_string())
-                .is_some_and(|r| r.note.is_some())
+                .is_some_and(|r| r.own_dependencies)
         })
         .collect();
-    own.dedup();
+    let mut extra = Vec::new();
+    if args.package != "torch" {
+        let installed = installer
+            .installed()
+            .unwrap_or_else(|| "not installed".into());
+        extra.push((format!("{} (this environment)", args.package), installed));
+    }
     let notes = if own.is_empty() {
         Vec::new()
     } else {
@@ -491,7 +491,10 @@ fn release_bisect(args: &BisectArgs, work: &Path) -> Result<BisectReport, CliErr
         divergence_note,
         environment: environment(
             &python,
-            &[(&format!("{} (installed)", args.package), installed)],
+            &extra
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.clone()))
+                .collect::<Vec<_>>(),
         ),
         notes,
     })

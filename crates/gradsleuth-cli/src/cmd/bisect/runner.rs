@@ -13,8 +13,8 @@ use crate::CliError;
 
 /// One run of the script (and the user's command) in one candidate's environment.
 pub(super) struct Run {
-    /// How the candidate was installed, when that is worth telling.
-    pub(super) note: Option<String>,
+    /// The candidate was installed with its own dependencies.
+    pub(super) own_dependencies: bool,
     pub(super) observation: Observation,
     pub(super) capture: Option<Capture>,
     /// Why nothing could be judged (the environment or gradsleuth failed, not the script).
@@ -149,7 +149,7 @@ impl Runner {
             broken = None;
         }
         Ok(Run {
-            note: None,
+            own_dependencies: false,
             observation,
             capture,
             broken,

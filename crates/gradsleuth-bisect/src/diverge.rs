@@ -106,16 +106,7 @@ pub fn first_divergence(good: &[OpDigest], bad: &[OpDigest], rel_tol: f64) -> Op
         if key(&good[i]) == key(&bad[j]) {
             if let Some((difference, output)) = op_difference(&good[i], &bad[j], rel_tol) {
                 if let Some((gi, bj)) = swap {
-                    return Some(Divergence {
-                        difference: Difference::Unpaired,
-                        good_index: Some(gi),
-                        bad_index: Some(bj),
-                        good: Some(good[gi].clone()),
-                        bad: Some(bad[bj].clone()),
-                        output: None,
-                        unpaired_before: 0,
-                        equal_before: equal,
-                    });
+                    return Some(parted(good, bad, Some(gi), Some(bj), equal));
                 }
                 return Some(Divergence {
                     difference,
@@ -170,7 +161,18 @@ pub fn first_divergence(good: &[OpDigest], bad: &[OpDigest], rel_tol: f64) -> Op
     }
     let (gi, bj) =
         first_unpaired.unwrap_or(((i < good.len()).then_some(i), (j < bad.len()).then_some(j)));
-    Some(Divergence {
+    Some(parted(good, bad, gi, bj, equal))
+}
+
+/// Where the two runs part: the op each calls there (None: that run calls nothing there).
+fn parted(
+    good: &[OpDigest],
+    bad: &[OpDigest],
+    gi: Option<usize>,
+    bj: Option<usize>,
+    equal_before: usize,
+) -> Divergence {
+    Divergence {
         difference: Difference::Unpaired,
         good_index: gi,
         bad_index: bj,
@@ -178,8 +180,8 @@ pub fn first_divergence(good: &[OpDigest], bad: &[OpDigest], rel_tol: f64) -> Op
         bad: bj.and_then(|k| bad.get(k).cloned()),
         output: None,
         unpaired_before: 0,
-        equal_before: equal,
-    })
+        equal_before,
+    }
 }
 
 #[cfg(test)]

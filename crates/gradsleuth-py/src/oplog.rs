@@ -483,6 +483,8 @@ pub struct OpCall {
     /// The mode this is the `__torch_function__` of (weakly): torch requires the attribute's
     /// `__self__` to be the mode.
     mode: Option<Py<PyAny>>,
+    /// A probe run (read once from the recorder): ops' outputs are digested.
+    probe: bool,
 }
 
 #[pymethods]
@@ -495,7 +497,9 @@ impl OpCall {
             .and_then(|f| f.getattr("__code__"))
             .ok()
             .map(Bound::unbind);
+        let probe = recorder.bind(py).try_borrow().is_ok_and(|r| r.inner.probe);
         Ok(OpCall {
+            probe,
             log,
             recorder,
             inside: 0.into(),
@@ -597,8 +601,8 @@ impl OpCall {
             Ok(out) => {
                 if !passive {
                     if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
-                        if let Ok(mut rec) = self.recorder.bind(py).try_borrow_mut() {
-                            if rec.inner.probe {
+                        if self.probe {
+                            if let Ok(mut rec) = self.recorder.bind(py).try_borrow_mut() {
                                 log.digest(py, &mut rec.inner, &func, &out);
                             }
                         }

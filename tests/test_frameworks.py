@@ -290,3 +290,17 @@ def test_watch_locates_a_nan_born_inside_an_installed_library_where_it_happens(t
     [f] = [f for f in report["findings"] if f["code"] == "GS140"]
     assert f["location"]["file"].endswith("nanlib/__init__.py"), f["location"]
     assert f["location"]["snippet"].strip() == "return torch.log(self.lin(x))"
+
+
+def test_a_library_models_unused_pooler_is_an_info_line_and_a_dropped_user_head_an_error(tmp_path):
+    # BertModel runs its pooler; the loss takes the hidden states only.
+    report = _run(tmp_path, HERE / "bert_hidden_states_control.py")
+    assert not _loud(report), report["findings"]
+    [info] = [f for f in report["findings"] if "encoder.pooler.dense.weight" in f["params"]]
+    assert info["severity"] == "info" and "no op uses its output" in info["message"]
+    assert "`encoder` (BertModel)" in info["message"]
+    # The user's own auxiliary head whose loss term was forgotten: computed and dropped.
+    report = _run(tmp_path, HERE / "aux_head_dropped.py")
+    [f] = _loud(report)
+    assert f["severity"] == "error" and "computed and dropped" in f["message"]
+    assert sorted(f["params"]) == ["aux.0.bias", "aux.0.weight", "aux.2.bias", "aux.2.weight"]

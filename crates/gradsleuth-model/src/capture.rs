@@ -690,6 +690,10 @@ pub struct Capture {
     /// Op-level: cuts between parameters and the loss, with their lines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cuts: Vec<CutRec>,
+    /// Op-level: modules that made an output (needing grad) that no later op used, such as
+    /// a library model's pooler when the loss takes only the hidden states.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unused_outputs: Vec<u64>,
     /// Op-level: in-place ops matched to an autograd error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inplace: Vec<InplaceRec>,
@@ -863,6 +867,7 @@ impl Default for Capture {
             weight_changes: Vec::new(),
             zero_valued: Vec::new(),
             cuts: Vec::new(),
+            unused_outputs: Vec::new(),
             inplace: Vec::new(),
             error: None,
             dist: None,

@@ -3,6 +3,8 @@
 //! local modules pasted in so the result stands alone ([`inline`]), whether a run still shows
 //! the same finding ([`target`]), and the files of a bug report ([`kit`]).
 
+pub mod data;
+pub mod fold;
 pub mod inline;
 pub mod kit;
 pub mod reduce;

@@ -4,7 +4,7 @@
 //! suite first, and replaces compound statements by one of their bodies (an `if` by its taken
 //! branch, a `with`/`try` by its body, a loop by one pass of its body). A candidate must parse (Ruff's parser) before the
 //! oracle is asked; answers are cached by text. The time budget is checked before every
-//! oracle call: the best program found so far is always the answer.
+//! oracle call: the best program found so far is always the answer (and then tidied).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -398,9 +398,14 @@ pub fn reduce(source: &str, oracle: impl FnMut(&str) -> bool, budget: Duration) 
             break;
         }
     }
+    // Blank and comment lines go even when the budget is spent: one more check (a line-based
+    // edit could still touch a multi-line string).
     let tidied = tidy(&current);
-    if tidied != current && s.holds(&tidied) {
-        current = tidied;
+    if tidied != current {
+        s.deadline = s.deadline.max(Instant::now() + Duration::from_secs(3600));
+        if s.holds(&tidied) {
+            current = tidied;
+        }
     }
     Reduced {
         source: current,
@@ -499,9 +504,10 @@ for step in range(3):
         );
         assert_eq!(r.source, "def f():\n    pass\nf()\n");
         let slow = reduce(SCRIPT, |_| true, Duration::ZERO);
-        assert!(slow.timed_out && slow.checks == 0);
-        // With no time left even the tidy pass is not checked: the original stays.
-        assert_eq!(slow.source, SCRIPT);
+        // With no time left only the tidy pass is checked: the code stays, comments go.
+        assert!(slow.timed_out && slow.checks == 1);
+        assert_eq!(code_lines(&slow.source), code_lines(SCRIPT));
+        assert!(!slow.source.contains("# A model"));
     }
 
     #[test]

@@ -179,6 +179,14 @@ pub struct OpLog<K, N> {
     /// Reentrant checkpointed forwards running now whose inputs need no grad: where each was
     /// called (innermost last).
     checkpoint: Vec<Site>,
+    /// The module whose forward runs now.
+    current_module: Option<u64>,
+    /// Tensors needing grad that a module's forward made and no op has used yet: address ->
+    /// (module, keeper).
+    made_by: FxHashMap<usize, (u64, K)>,
+    /// Modules with an output that no op ever used (it died, or the step ended, unused): a
+    /// pooler whose output the user's loss does not take.
+    dropped: FxHashSet<u64>,
     step: u32,
     /// Ops recorded.
     pub ops: u64,
@@ -230,6 +238,9 @@ impl<K, N> OpLog<K, N> {
             loss_rewraps: Vec::new(),
             inference_block: None,
             checkpoint: Vec::new(),
+            current_module: None,
+            made_by: Default::default(),
+            dropped: Default::default(),
             step,
             ops: 0,
             errors: 0,
@@ -269,6 +280,33 @@ impl<K, N> OpLog<K, N> {
         self.grad_off.clear();
         self.checkpoint.clear();
         self.module_timeline.clear();
+        self.current_module = None;
+        self.made_by.clear();
+        self.dropped.clear();
+    }
+
+    /// An op used `t`: it is no longer a module output waiting for a use. An entry whose
+    /// object died is an output that was never used.
+    fn used<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, t: &H::Value) {
+        if let Some((m, keeper)) = self.made_by.remove(&h.addr(t)) {
+            if !h.holds(&keeper, t) {
+                self.dropped.insert(m);
+            }
+        }
+    }
+
+    /// A module's forward made `o` (needing grad); an unused output that lived at its
+    /// address before was dropped.
+    fn made<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, o: &H::Value) {
+        let Some(m) = self.current_module else {
+            return;
+        };
+        if self.made_by.len() >= 1_000_000 {
+            return;
+        }
+        if let Some((old, _)) = self.made_by.insert(h.addr(o), (m, h.keep(o))) {
+            self.dropped.insert(old);
+        }
     }
 
     fn func_info<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, func: &H::Value) -> FuncInfo {
@@ -286,6 +324,7 @@ impl<K, N> OpLog<K, N> {
 
     /// The module whose forward is running now (from the tracer's module hooks).
     pub fn set_module<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, key: Option<u64>) {
+        self.current_module = key;
         if let Some(seq) = h.sequence_nr() {
             let len = self.module_timeline.len();
             match self.module_timeline.last_mut() {
@@ -458,6 +497,9 @@ impl<K, N> OpLog<K, N> {
         for a in call.args.iter().chain(&call.kwargs) {
             Self::tensors(h, a, &mut inputs);
         }
+        for t in &inputs {
+            self.used(h, t);
+        }
         let mut taint: Vec<u32> = Vec::new();
         // Cuts behind the inputs that are constants (need no grad) of a product.
         let mut constant: Vec<u32> = Vec::new();
@@ -534,6 +576,7 @@ impl<K, N> OpLog<K, N> {
         for o in &outputs {
             if h.requires_grad(o)? {
                 out_needs_grad = true;
+                self.made(h, o);
             }
         }
         if needs_grad.is_empty()
@@ -1089,6 +1132,19 @@ impl<K, N> OpLog<K, N> {
             });
         }
         recorder.capture.cuts.extend(out);
+        let mut dropped: Vec<u64> = self
+            .dropped
+            .iter()
+            .copied()
+            .chain(self.made_by.values().map(|(m, _)| *m))
+            .collect();
+        dropped.sort_unstable();
+        dropped.dedup();
+        for m in dropped {
+            if !recorder.capture.unused_outputs.contains(&m) {
+                recorder.capture.unused_outputs.push(m);
+            }
+        }
         self.clear();
     }
 

@@ -123,6 +123,17 @@ impl Oracle {
     /// Runs `script` under the tracer; `to_end`: let it finish (else it ends after the
     /// observed steps).
     fn run(&mut self, script: &Path, to_end: bool) -> Result<Outcome, CliError> {
+        self.run_observing(script, to_end, None)
+    }
+
+    /// [`run`](Self::run), with `observe` the file an instrumented script's `observe` calls
+    /// write to.
+    fn run_observing(
+        &mut self,
+        script: &Path,
+        to_end: bool,
+        observe: Option<&Path>,
+    ) -> Result<Outcome, CliError> {
         self.runs += 1;
         let capture_path = self.work.join("capture.json");
         let _ = std::fs::remove_file(&capture_path);
@@ -142,6 +153,7 @@ impl Oracle {
             "config": config_path,
             "log": self.work.join("run.log"),
             "timeout": self.timeout,
+            "observe": observe,
         });
         writeln!(self.stdin, "{request}")
             .and_then(|()| self.stdin.flush())
@@ -249,8 +261,21 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
             inlined = modules;
         }
     }
+    // The first pass: data and pretrained weights replaced by values rebuilt from what the
+    // script saw.
+    let started = std::time::Instant::now();
     let budget = Duration::from_secs_f64(args.budget);
-    let reduced = reduce(&start, |s| holds(s, &mut oracle), budget);
+    let (start, fed) = data_pass(&mut oracle, &candidate, &start, args.steps, &holds);
+    // Arguments computed from the data or the command line become the literals they were.
+    let (start, folded) = fold_pass(&mut oracle, &candidate, &start, &|s, o| {
+        started.elapsed() < budget && holds(s, o)
+    });
+    let mut reduced = reduce(
+        &start,
+        |s| holds(s, &mut oracle),
+        budget.saturating_sub(started.elapsed()),
+    );
+    reduced.seconds = started.elapsed().as_secs_f64();
     // The kit: repro.py with the symptom check when it holds to the end of the program.
     std::fs::create_dir_all(&args.out).map_err(io("cannot create the kit's folder"))?;
     let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
@@ -269,7 +294,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         original_lines,
         program_lines,
         seconds: reduced.seconds,
-        checks: reduced.checks,
+        checks: oracle.runs,
         environment: &env,
         asserts_symptom: false,
     };
@@ -318,6 +343,15 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     if !inlined.is_empty() {
         println!("  local modules pasted in: {}", inlined.join(", "));
     }
+    if folded > 0 {
+        println!("  arguments replaced by the constant they always were: {folded}");
+    }
+    if !fed.is_empty() {
+        println!(
+            "  rebuilt from what the script saw (random values of the same shapes, models from their config): {}",
+            fed.join(", ")
+        );
+    }
     println!(
         "  {:<28} the program{}",
         shown("repro.py"),
@@ -344,6 +378,99 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         shown("ISSUE.md")
     );
     Ok(0)
+}
+
+/// Repro's first pass ([`gradsleuth_repro::data`]): the script runs once with each data site
+/// observed; then, from the last site to the first (earlier sites' offsets stay valid), each
+/// site whose value can be rebuilt takes it, kept when the finding still holds. A loop is
+/// tried with one value, then with one per observed step. Returns the program and the sites
+/// fed (`line N: TARGET`).
+fn data_pass(
+    oracle: &mut Oracle,
+    candidate: &Path,
+    source: &str,
+    steps: u32,
+    holds: &dyn Fn(&str, &mut Oracle) -> bool,
+) -> (String, Vec<String>) {
+    use gradsleuth_repro::data;
+    let sites = data::sites(source);
+    if sites.is_empty() {
+        return (source.to_owned(), Vec::new());
+    }
+    let Some(observed) = observe(oracle, candidate, &data::instrument(source, &sites)) else {
+        return (source.to_owned(), Vec::new());
+    };
+    let mut bare = source.to_owned();
+    let mut modules: Vec<String> = Vec::new();
+    let mut fed = Vec::new();
+    for site in sites.iter().rev() {
+        let Some(value) = observed.get(&site.id) else {
+            continue;
+        };
+        let repeats: &[u32] = if site.is_loop() && steps > 1 {
+            &[1, steps]
+        } else {
+            &[1]
+        };
+        for &repeat in repeats {
+            let Some((next, needed)) = data::substitute(&bare, site, value, repeat) else {
+                break;
+            };
+            let mut all = modules.clone();
+            all.extend(needed.into_iter().filter(|m| !modules.contains(m)));
+            let Some(program) = data::with_imports(&next, &all) else {
+                break;
+            };
+            if holds(&program, oracle) {
+                bare = next;
+                modules = all;
+                fed.push(format!("line {}: {}", site.line, site.target));
+                break;
+            }
+        }
+    }
+    fed.reverse();
+    let program = data::with_imports(&bare, &modules).unwrap_or(bare);
+    (program, fed)
+}
+
+/// Runs an instrumented program once; what its `observe` calls recorded, by site.
+fn observe(
+    oracle: &mut Oracle,
+    candidate: &Path,
+    instrumented: &str,
+) -> Option<std::collections::BTreeMap<usize, gradsleuth_repro::data::Value>> {
+    let path = oracle.work.join("observed.jsonl");
+    let _ = std::fs::remove_file(&path);
+    std::fs::write(candidate, instrumented).ok()?;
+    oracle.run_observing(candidate, false, Some(&path)).ok()?;
+    Some(gradsleuth_repro::data::observations(
+        &std::fs::read_to_string(&path).unwrap_or_default(),
+    ))
+}
+
+/// [`gradsleuth_repro::fold`]: each call argument that always had one literal value takes it,
+/// kept when the finding still holds. Returns the program and how many were folded.
+fn fold_pass(
+    oracle: &mut Oracle,
+    candidate: &Path,
+    source: &str,
+    holds: &dyn Fn(&str, &mut Oracle) -> bool,
+) -> (String, usize) {
+    use gradsleuth_repro::fold;
+    let args = fold::args(source);
+    if args.is_empty() {
+        return (source.to_owned(), 0);
+    }
+    let Some(observed) = observe(oracle, candidate, &fold::instrument(source, &args)) else {
+        return (source.to_owned(), 0);
+    };
+    fold::fold(
+        source,
+        &args,
+        |id| observed.get(&id).and_then(fold::constant).map(str::to_owned),
+        |c| holds(c, oracle),
+    )
 }
 
 /// The parameter names the reduced program's finding gives (they may differ from the

@@ -117,3 +117,66 @@ def test_nothing_to_reproduce_and_bad_input_are_clear_errors(tmp_path):
         proc = run_gradsleuth("repro", *args, cwd=tmp_path)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr and "panicked" not in proc.stderr
+
+
+def _program(path):
+    return [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _standalone(repro, tmp_path):
+    """Runs `repro` with plain Python from an empty folder (no data, no checkpoint there)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    plain = subprocess.run([sys.executable, str(repro)], cwd=elsewhere, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+
+
+def test_data_loading_becomes_random_tensors_of_the_observed_shapes(tmp_path):
+    # A script that reads its features from CSV files through a Dataset and a DataLoader, with
+    # argparse, evaluation, a scheduler, logging and checkpoints.
+    script = tmp_path / "train.py"
+    script.write_text((ROOT / "tests" / "repro" / "csv_classifier.py").read_text())
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, rows in [("train", 64), ("val", 16)]:
+        lines = [",".join(f"{(i * 7 + j) % 10 / 10:.1f}" for j in range(12)) + f",{i % 5}" for i in range(rows)]
+        (data / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "150", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "GS201 detach kept in" in proc.stdout
+    assert "rebuilt from what the script saw" in proc.stdout and "step, (x, y)" in proc.stdout
+    repro = kit / "repro.py"
+    source = repro.read_text()
+    # The loader's batch is rebuilt: float features of the observed shape and range, integer
+    # labels in the observed range; the dataset, its files and the command line are gone.
+    assert "torch.empty((16, 12)).uniform_(0, 0.9)" in source and "torch.randint(0, 5, (16,))" in source
+    for gone in ["csv", "CsvFeatures", "argparse", "DataLoader(", "torch.save"]:
+        assert gone not in source, source
+    assert len(_program(repro)) <= 30, source
+    _standalone(repro, tmp_path)
+    [f] = [f for f in findings(repro, tmp_path) if f["code"] == "GS201"]
+    assert sorted(f["params"]) == ["encoder.0.bias", "encoder.0.weight", "encoder.2.bias", "encoder.2.weight"]
+
+
+def test_a_pretrained_model_is_rebuilt_from_its_config(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32)
+    BertModel(config).save_pretrained(tmp_path / "ckpt")
+    script = tmp_path / "train.py"
+    script.write_text((ROOT / "tests" / "repro" / "hf_pretrained_tagger.py").read_text())
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "60", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "GS201 detach kept in" in proc.stdout and "self.encoder" in proc.stdout
+    repro = kit / "repro.py"
+    source = repro.read_text()
+    # Built from the entries that differ from BertConfig's defaults, with random weights: the
+    # program needs no checkpoint folder.
+    assert "transformers.BertModel(transformers.BertConfig(" in source and "from_pretrained" not in source
+    assert "hidden_size=16" in source and "hidden_act" not in source, source
+    _standalone(repro, tmp_path)
+    [f] = [f for f in findings(repro, tmp_path) if f["code"] == "GS201"]
+    assert "encoder.embeddings.word_embeddings.weight" in f["params"]

@@ -11,12 +11,12 @@ dtype, device, range) as a JSON line for the reducer, which rebuilds it in Rust.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import sys
 import time
-
 
 _seen: set[int] = set()
 
@@ -61,10 +61,16 @@ def _model(v: object, transformers: object) -> dict | None:
     cls, config_cls = _exported(type(v)), _exported(type(config))
     if cls is None or config_cls is None:
         return None
+    # The entries that differ from the config class's own defaults (a float32 dtype is the
+    # default weights' dtype).
+    defaults = type(config)().to_dict()
     entries = {
         k: x
-        for k, x in config.to_diff_dict().items()
-        if not k.startswith("_") and k not in ("transformers_version", "architectures", "model_type")
+        for k, x in config.to_dict().items()
+        if (k not in defaults or defaults[k] != x)
+        and not k.startswith("_")
+        and k not in ("transformers_version", "architectures", "model_type")
+        and not (k in ("dtype", "torch_dtype") and x in ("float32", None))
     }
     try:
         json.dumps(entries)
@@ -146,6 +152,14 @@ def main() -> int:
     out = sys.stdout
     for line in sys.stdin:
         req = json.loads(line)
+        # The installed packages the script imports, once, so each candidate does not pay
+        # for them again (one that fails to import is left to the candidate).
+        for name in req.get("preload", []):
+            if name not in sys.modules:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # noqa: BLE001, S112 - the candidate will raise it itself
+                    continue
         pid = os.fork()
         if pid == 0:
             code = 1

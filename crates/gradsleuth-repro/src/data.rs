@@ -156,7 +156,12 @@ fn walk(source: &str, body: &[Stmt], out: &mut Vec<Site>) {
                 let next_line = source[end..].find('\n').map(|i| end + i + 1);
                 let start = s.range().start().to_usize();
                 // Only a statement alone on its line(s) (not `a = next(it); b = 1`).
-                let alone = source[end..].split('\n').next().unwrap_or("").trim().is_empty()
+                let alone = source[end..]
+                    .split('\n')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .is_empty()
                     && source[line_start(source, start)..start].trim().is_empty();
                 if let (Some(at), true) = (next_line, alone) {
                     out.push(Site {
@@ -432,7 +437,10 @@ fn render_into(v: &Value, modules: &mut Vec<String>) -> Option<String> {
 fn prelude(i: usize, s: &Stmt) -> bool {
     match s {
         Stmt::Expr(e) => i == 0 && matches!(e.value.as_ref(), Expr::StringLiteral(_)),
-        Stmt::ImportFrom(f) => f.module.as_ref().is_some_and(|m| m.as_str() == "__future__"),
+        Stmt::ImportFrom(f) => f
+            .module
+            .as_ref()
+            .is_some_and(|m| m.as_str() == "__future__"),
         _ => false,
     }
 }
@@ -543,8 +551,10 @@ for z in loader: print(z)
     #[test]
     fn finds_loops_and_outside_assignments_and_instruments_them() {
         let s = sites(SCRIPT);
-        let got: Vec<(usize, &str, Kind)> =
-            s.iter().map(|s| (s.line, s.target.as_str(), s.kind)).collect();
+        let got: Vec<(usize, &str, Kind)> = s
+            .iter()
+            .map(|s| (s.line, s.target.as_str(), s.kind))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -566,11 +576,9 @@ for z in loader: print(z)
     #[test]
     fn rebuilds_batches_and_models() {
         let s = sites(SCRIPT);
-        let batch = obs(
-            r#"{"tuple": [{"literal": "0"}, {"list": [
+        let batch = obs(r#"{"tuple": [{"literal": "0"}, {"list": [
                 {"tensor": {"shape": [4, 3, 8, 8], "dtype": "float32", "min": -0.5, "max": 1.0}},
-                {"tensor": {"shape": [4], "dtype": "int64", "min": 0, "max": 9}}]}]}"#,
-        );
+                {"tensor": {"shape": [4], "dtype": "int64", "min": 0, "max": 9}}]}]}"#);
         let sub = |site: &Site, v: &Value, repeat: u32| {
             substitute(SCRIPT, site, v, repeat).and_then(|(src, m)| with_imports(&src, &m))
         };
@@ -597,7 +605,9 @@ for z in loader: print(z)
         );
         // An epoch counter is not data; a value with an object in it cannot be rebuilt.
         assert_eq!(sub(&s[1], &obs(r#"{"literal": "0"}"#), 1), None);
-        let mixed = obs(r#"{"tuple": [{"other": "PIL.Image"}, {"tensor": {"shape": [], "dtype": "int64", "min": 1, "max": 1}}]}"#);
+        let mixed = obs(
+            r#"{"tuple": [{"other": "PIL.Image"}, {"tensor": {"shape": [], "dtype": "int64", "min": 1, "max": 1}}]}"#,
+        );
         assert_eq!(sub(&s[2], &mixed, 1), None);
     }
 

@@ -141,10 +141,27 @@ pub fn constant(v: &Value) -> Option<&str> {
     }
 }
 
-/// Folds arguments of `source` one at a time, the last first, keeping each fold `keep` accepts
-/// (it gets the whole candidate program). An argument nested in one already folded is gone
-/// with it. Returns the program and how many arguments were folded.
+/// Folds the arguments of `source`: all at once when `keep` accepts that program (one check:
+/// most constants are harmless), else one at a time, the last first, keeping each fold `keep`
+/// accepts. An argument nested in one already folded is gone with it. Returns the program and
+/// how many arguments were folded.
 pub fn fold(
+    source: &str,
+    args: &[Arg],
+    value_of: impl Fn(usize) -> Option<String>,
+    mut keep: impl FnMut(&str) -> bool,
+) -> (String, usize) {
+    let (all, n) = fold_each(source, args, &value_of, |_| true);
+    if n == 0 {
+        return (all, 0);
+    }
+    if keep(&all) {
+        return (all, n);
+    }
+    fold_each(source, args, &value_of, keep)
+}
+
+fn fold_each(
     source: &str,
     args: &[Arg],
     value_of: impl Fn(usize) -> Option<String>,
@@ -206,7 +223,13 @@ mod tests {
         assert_eq!(
             texts,
             // An f-string is wrapped whole; the calls in its fields are not.
-            vec!["train.x.shape[1]", "get(cfg.act)", "cfg.act", "args.n", "f\"{g(i)}\""]
+            vec![
+                "train.x.shape[1]",
+                "get(cfg.act)",
+                "cfg.act",
+                "args.n",
+                "f\"{g(i)}\""
+            ]
         );
         let inst = instrument(SRC, &a);
         assert!(ruff_python_parser::parse_module(&inst).is_ok(), "{inst}");
@@ -233,10 +256,18 @@ mod tests {
             out.starts_with("model = Net(12, 5, act='relu')\nfor i in range(2):\n"),
             "{out}"
         );
-        // The outer fold refused: the inner one stays.
-        let (out, n) = fold(SRC, &a, values, |c| !c.contains("act='relu'"));
-        assert_eq!(n, 3);
-        assert!(out.starts_with("model = Net(12, 5, act=get('gelu'))\n"), "{out}");
+        // The outer fold refused: the inner one stays (after the all-at-once try failed, one
+        // check per argument).
+        let mut checks = 0;
+        let (out, n) = fold(SRC, &a, values, |c| {
+            checks += 1;
+            !c.contains("act='relu'")
+        });
+        assert_eq!((n, checks), (3, 5));
+        assert!(
+            out.starts_with("model = Net(12, 5, act=get('gelu'))\n"),
+            "{out}"
+        );
         // No value: nothing changes.
         assert_eq!(fold(SRC, &a, |_| None, |_| true), (SRC.to_owned(), 0));
     }

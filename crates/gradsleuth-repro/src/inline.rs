@@ -26,6 +26,35 @@ pub fn inline_local_imports(source: &str, dir: &Path) -> Option<(String, Vec<Str
     (!done.is_empty()).then_some((current, done))
 }
 
+/// The installed packages a script imports at top level (`import transformers`, `from
+/// torch.utils.data import X`: their first component), not the local modules next to it:
+/// what a fork server can import once for every candidate.
+pub fn installed_imports(source: &str, dir: &Path) -> Vec<String> {
+    let Ok(parsed) = ruff_python_parser::parse_module(source) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |module: &str| {
+        let top = module.split('.').next().unwrap_or(module);
+        let local = dir.join(format!("{top}.py")).exists() || dir.join(top).is_dir();
+        if !top.is_empty() && top != "__future__" && !local && !out.iter().any(|m| m == top) {
+            out.push(top.to_owned());
+        }
+    };
+    for s in &parsed.syntax().body {
+        match s {
+            Stmt::Import(i) => i.names.iter().for_each(|a| add(a.name.as_str())),
+            Stmt::ImportFrom(f) if f.level == 0 => {
+                if let Some(m) = &f.module {
+                    add(m.as_str());
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 fn is_main_guard(s: &Stmt) -> bool {
     let Stmt::If(i) = s else { return false };
     let Expr::Compare(c) = i.test.as_ref() else {
@@ -189,6 +218,18 @@ fn inline_once(source: &str, dir: &Path, done: &mut Vec<String>) -> Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn installed_imports_leave_out_local_modules() {
+        let dir = tempfile_dir("installed");
+        std::fs::write(dir.join("helpers.py"), "x = 1\n").unwrap();
+        let src = "from __future__ import annotations\nimport torch.nn as nn, os\nfrom transformers import AutoModel\nfrom helpers import x\nfrom . import y\nimport torch\n";
+        assert_eq!(
+            installed_imports(src, &dir),
+            vec!["torch", "os", "transformers"]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn pastes_local_modules_once_with_their_aliases() {

@@ -230,6 +230,78 @@ impl<'s> Outline<'s> {
     }
 }
 
+/// Names a module's code reads anywhere (every `Name` expression).
+struct Reads(std::collections::HashSet<String>);
+
+impl<'a> ruff_python_ast::visitor::Visitor<'a> for Reads {
+    fn visit_expr(&mut self, expr: &'a ruff_python_ast::Expr) {
+        if let ruff_python_ast::Expr::Name(n) = expr {
+            self.0.insert(n.id.to_string());
+        }
+        ruff_python_ast::visitor::walk_expr(self, expr);
+    }
+}
+
+/// `source` without its top-level imports, functions and classes that nothing reads any more
+/// (repeated: a class gone can leave its imports unread); None when there are none. A name
+/// in `__all__` or a string is not seen: the oracle decides.
+fn without_unused_definitions(source: &str) -> Option<String> {
+    use ruff_python_ast::visitor::Visitor;
+    let mut current = source.to_owned();
+    let mut changed = false;
+    for _ in 0..8 {
+        let parsed = ruff_python_parser::parse_module(&current).ok()?;
+        let mut reads = Reads(Default::default());
+        for st in &parsed.syntax().body {
+            reads.visit_stmt(st);
+        }
+        let unread = |n: &str| !reads.0.contains(n);
+        let starts = line_starts(&current);
+        let mut drop: Vec<Unit> = Vec::new();
+        for st in &parsed.syntax().body {
+            let gone = match st {
+                Stmt::Import(i) => i.names.iter().all(|a| {
+                    let bound = a.asname.as_ref().map_or_else(
+                        || a.name.as_str().split('.').next().unwrap_or("").to_owned(),
+                        |n| n.to_string(),
+                    );
+                    unread(&bound)
+                }),
+                Stmt::ImportFrom(f) => {
+                    f.module.as_ref().is_none_or(|m| m.as_str() != "__future__")
+                        && f.names.iter().all(|a| {
+                            a.name.as_str() != "*"
+                                && unread(a.asname.as_ref().map_or(a.name.as_str(), |n| n.as_str()))
+                        })
+                }
+                Stmt::FunctionDef(d) => unread(d.name.as_str()),
+                Stmt::ClassDef(c) => unread(c.name.as_str()),
+                _ => false,
+            };
+            if gone {
+                let start = st.range().start().to_usize();
+                let end = st.range().end().to_usize().max(start + 1);
+                drop.push(Unit {
+                    first: line_of(&starts, start),
+                    last: line_of(&starts, end - 1),
+                });
+            }
+        }
+        if drop.is_empty() {
+            break;
+        }
+        let kept: Vec<String> = current
+            .lines()
+            .enumerate()
+            .filter(|(i, _)| !drop.iter().any(|u| u.first <= *i && *i <= u.last))
+            .map(|(_, l)| l.to_owned())
+            .collect();
+        current = join(kept);
+        changed = true;
+    }
+    changed.then_some(current)
+}
+
 fn join(lines: Vec<String>) -> String {
     let mut s = lines.join("\n");
     s.push('\n');
@@ -382,6 +454,13 @@ pub fn reduce(source: &str, oracle: impl FnMut(&str) -> bool, budget: Duration) 
     s.cache.insert(current.clone(), true);
     loop {
         let before = current.clone();
+        // Definitions nothing reads any more go in one check (a dataset class whose only use
+        // was removed, and the imports it alone used).
+        if let Some(candidate) = without_unused_definitions(&current) {
+            if s.holds(&candidate) {
+                current = candidate;
+            }
+        }
         let mut index = 0;
         while !s.timed_out {
             let count = Outline::new(&current).map_or(0, |o| o.suites.len());
@@ -389,10 +468,22 @@ pub fn reduce(source: &str, oracle: impl FnMut(&str) -> bool, budget: Duration) 
                 break;
             }
             current = s.suite(current, index);
+            // What that suite's removals left unread (answers are cached: a failing
+            // candidate costs one check).
+            if let Some(candidate) = without_unused_definitions(&current) {
+                if s.holds(&candidate) {
+                    current = candidate;
+                }
+            }
             index += 1;
         }
         if !s.timed_out {
             current = s.unwrap(current).0;
+        }
+        if let Some(candidate) = without_unused_definitions(&current) {
+            if s.holds(&candidate) {
+                current = candidate;
+            }
         }
         if current == before || s.timed_out {
             break;
@@ -492,6 +583,17 @@ for step in range(3):
         );
         assert!(code_lines(&r.source) <= 14, "{}", r.source);
         assert!(ruff_python_parser::parse_module(&r.source).is_ok());
+    }
+
+    #[test]
+    fn definitions_nothing_reads_go_together_with_the_imports_only_they_used() {
+        let src = "from __future__ import annotations\nimport csv\nimport os.path\nimport torch as t\nfrom torch.utils.data import Dataset, DataLoader\n\n@dec\nclass Csv(Dataset):\n    def f(self):\n        return csv.reader(os.path)\n\ndef used():\n    return t.ones(1)\n\nprint(used(), DataLoader)\n";
+        let out = without_unused_definitions(src).unwrap();
+        assert_eq!(
+            out,
+            "from __future__ import annotations\nimport torch as t\nfrom torch.utils.data import Dataset, DataLoader\n\n\ndef used():\n    return t.ones(1)\n\nprint(used(), DataLoader)\n"
+        );
+        assert_eq!(without_unused_definitions(&out), None);
     }
 
     #[test]

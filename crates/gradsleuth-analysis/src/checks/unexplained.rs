@@ -169,7 +169,9 @@ fn unused_output(
         .is_some_and(|l| is_library(&l.file));
     let owner = m.parent.and_then(|p| ctx.capture.module(p));
     if library {
-        let owner = owner.map_or_else(String::new, |o| format!(" of `{}` ({})", module_name(o), o.class));
+        let owner = owner.map_or_else(String::new, |o| {
+            format!(" of `{}` ({})", module_name(o), o.class)
+        });
         (
             Severity::Info,
             (
@@ -289,13 +291,19 @@ mod tests {
             let f = s.run(&CHECK);
             assert_eq!(f.len(), 1, "{f:?}");
             assert_eq!(f[0].severity, severity, "{file}");
-            assert!(f[0].message.contains("no op uses its output"), "{}", f[0].message);
+            assert!(
+                f[0].message.contains("no op uses its output"),
+                "{}",
+                f[0].message
+            );
         }
         // Another module's unused output says nothing about `fc`.
         let mut s = bias_never_reached(false);
         s.capture.unused_outputs = vec![1];
         let f = s.run(&CHECK);
-        assert!(f[0].message.contains("ran in forward, but no gradient ever reached it"));
+        assert!(f[0]
+            .message
+            .contains("ran in forward, but no gradient ever reached it"));
     }
 
     #[test]

@@ -60,6 +60,8 @@ struct Oracle {
     steps: u32,
     timeout: f64,
     runs: u32,
+    /// Installed packages the server imports once before forking (sent with each request).
+    preload: Vec<String>,
 }
 
 /// What one run left.
@@ -117,6 +119,7 @@ impl Oracle {
             steps: args.steps,
             timeout: args.timeout,
             runs: 0,
+            preload: Vec::new(),
         })
     }
 
@@ -154,6 +157,7 @@ impl Oracle {
             "log": self.work.join("run.log"),
             "timeout": self.timeout,
             "observe": observe,
+            "preload": self.preload,
         });
         writeln!(self.stdin, "{request}")
             .and_then(|()| self.stdin.flush())
@@ -223,6 +227,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     let tmp = tempfile::tempdir().map_err(io("cannot create a temporary directory"))?;
     let work = tmp.path();
     let mut oracle = Oracle::start(&python, &script_dir, work, &args)?;
+    oracle.preload = gradsleuth_repro::inline::installed_imports(&original, &script_dir);
     eprintln!("gradsleuth repro: running {script} under gradsleuth...");
     let baseline = oracle.run(&script_path, false)?;
     let Some(report) = &baseline.report else {
@@ -468,7 +473,12 @@ fn fold_pass(
     fold::fold(
         source,
         &args,
-        |id| observed.get(&id).and_then(fold::constant).map(str::to_owned),
+        |id| {
+            observed
+                .get(&id)
+                .and_then(fold::constant)
+                .map(str::to_owned)
+        },
         |c| holds(c, oracle),
     )
 }

@@ -1179,6 +1179,80 @@ def bench_repro(sample=12, budget=120.0, goal_lines=30, goal_seconds=120.0):
     )
 
 
+_BISECT_SCRIPT = """
+import argparse, os, tempfile
+import torch
+from torch import nn
+
+config = argparse.Namespace(hidden=16, lr=0.1)
+model = nn.Sequential(nn.Linear(8, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 1))
+path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+torch.save({"model": model.state_dict(), "config": config}, path)
+model.load_state_dict(torch.load(path)["model"])
+opt = torch.optim.SGD(model.parameters(), lr=config.lr)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for step in range(3):
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def bench_bisect(good="2.5.1", bad="2.6.0"):
+    """`gradsleuth bisect` over two torch releases (the weights-only default of 2.6): seconds
+    per tried version with a cold overlay cache (each release installed with `uv pip install
+    --target` from uv's download cache, then run) and a warm one (the overlays kept), beside a
+    plain `pip install torch==BAD` into a new venv (the anchor: what bisecting by hand costs
+    per version before the script even runs)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    bin_dir = Path(sys.executable).parent
+    uv_cache = subprocess.run([str(bin_dir / "uv"), "cache", "dir"], capture_output=True, text=True).stdout.strip()
+    print(f"\n## bisect: torch {good} (good) .. {bad} (bad), seconds per tried version")
+    with tempfile.TemporaryDirectory() as d:
+        script = Path(d) / "train.py"
+        script.write_text(_BISECT_SCRIPT)
+        # Only gradsleuth's overlay cache starts empty; uv's download cache stays where it is.
+        env = dict(os.environ, XDG_CACHE_HOME=os.path.join(d, "cache"), UV_CACHE_DIR=uv_cache)
+        per_version = {}
+        for label in ("cold", "warm"):
+            out = Path(d) / f"{label}.json"
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [str(bin_dir / "gradsleuth"), "bisect", "--good", good, "--bad", bad, "--format", "json",
+                 "--out", str(out), "--", str(script)],
+                cwd=d, env=env, capture_output=True, text=True, timeout=3600,
+            )
+            seconds = time.perf_counter() - t0
+            if proc.returncode != 0:
+                print(f"bisect failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+                return
+            report = json.loads(out.read_text())
+            tried = len(report["tried"])
+            per_version[label] = seconds / tried
+            print(f"{'gradsleuth bisect, ' + label + ' cache':34}{seconds:8.1f} s for {tried} versions: "
+                  f"{per_version[label]:.1f} s each (first bad {report['first_bad']})")
+        venv = os.path.join(d, "venv")
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        pip = subprocess.run(
+            [os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check", f"torch=={bad}"],
+            capture_output=True, text=True, timeout=3600,
+        )
+        anchor = time.perf_counter() - t0
+        if pip.returncode != 0:
+            print(f"pip install torch=={bad} failed: {(pip.stderr.strip().splitlines() or ['?'])[-1]}")
+            return
+        print(f"{'plain venv + pip install (anchor)':34}{anchor:8.1f} s for 1 version (no run)")
+        for label, v in per_version.items():
+            print(f"{'ratio, ' + label:34}{v / anchor:8.2f}x")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     against = None
@@ -1187,7 +1261,8 @@ if __name__ == "__main__":
         against = args[i + 1]
         del args[i : i + 2]
     which = args or [
-        "walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint", "install", "repro"
+        "walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint", "install", "repro",
+        "bisect",
     ]
     import warnings
 
@@ -1216,5 +1291,7 @@ if __name__ == "__main__":
         bench_install()
     if "repro" in which:
         bench_repro()
+    if "bisect" in which:
+        bench_bisect()
     if "repro-all" in which:
         bench_repro(sample=0)

@@ -297,10 +297,12 @@ def test_a_library_models_unused_pooler_is_an_info_line_and_a_dropped_user_head_
     report = _run(tmp_path, HERE / "bert_hidden_states_control.py")
     assert not _loud(report), report["findings"]
     [info] = [f for f in report["findings"] if "encoder.pooler.dense.weight" in f["params"]]
-    assert info["severity"] == "info" and "no op uses its output" in info["message"]
+    assert (info["severity"], info["code"]) == ("info", "GS102") and "no op uses its output" in info["message"]
     assert "`encoder` (BertModel)" in info["message"]
     # The user's own auxiliary head whose loss term was forgotten: computed and dropped.
     report = _run(tmp_path, HERE / "aux_head_dropped.py")
     [f] = _loud(report)
-    assert f["severity"] == "error" and "computed and dropped" in f["message"]
+    assert (f["severity"], f["category"]) == ("error", "unused") and "computed and dropped" in f["message"]
+    # At the user's line that calls it.
+    assert (f["location"]["file"], f["location"]["line"]) == ("aux_head_dropped.py", 18)
     assert sorted(f["params"]) == ["aux.0.bias", "aux.0.weight", "aux.2.bias", "aux.2.weight"]

@@ -114,16 +114,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 ),
                 None => super::name_list(&names),
             };
-            let dropped = status == ParamStatus::GradNone
-                && m.is_some_and(|m| m.runs > m.runs_no_grad && output_unused(ctx, m));
-            let (severity, (message, fix)) = match m {
-                Some(m) if dropped => unused_output(ctx, m, &what),
-                _ => (Severity::Error, describe(ctx, status, &what, m, &g.keys)),
-            };
+            let (message, fix) = describe(ctx, status, &what, m, &g.keys);
             ctx.claim(g.keys.iter().copied());
             out.push(
                 CHECK
-                    .finding(severity, message)
+                    .finding(Severity::Error, message)
                     .params(names)
                     .at(m.and_then(|m| ctx.locate(m.forward_def.as_ref())))
                     .fix(fix),
@@ -131,63 +126,6 @@ fn run(ctx: &Context) -> Vec<Finding> {
         }
     }
     out
-}
-
-/// Whether `m` or a module inside it made an output that no op used in the op-level step.
-fn output_unused(ctx: &Context, m: &gradsleuth_model::capture::ModuleRec) -> bool {
-    ctx.capture.unused_outputs.iter().any(|&k| {
-        let mut cur = ctx.capture.module(k);
-        for _ in 0..64 {
-            match cur {
-                Some(c) if c.key == m.key => return true,
-                Some(c) => cur = c.parent.and_then(|p| ctx.capture.module(p)),
-                None => return false,
-            }
-        }
-        false
-    })
-}
-
-/// Code of an installed package, not the user's.
-fn is_library(file: &str) -> bool {
-    file.contains("/site-packages/") || file.contains("/dist-packages/")
-}
-
-/// A module that ran but whose output nothing used: a library model's part the user's loss
-/// does not take (a pooler under a loss on the hidden states) is by design (info); in the
-/// user's own code, a result computed and dropped (an auxiliary head whose loss term was
-/// forgotten) is an error.
-fn unused_output(
-    ctx: &Context,
-    m: &gradsleuth_model::capture::ModuleRec,
-    what: &str,
-) -> (Severity, (String, String)) {
-    let library = m
-        .forward_def
-        .as_ref()
-        .or(m.class_def.as_ref())
-        .is_some_and(|l| is_library(&l.file));
-    let owner = m.parent.and_then(|p| ctx.capture.module(p));
-    if library {
-        let owner = owner.map_or_else(String::new, |o| {
-            format!(" of `{}` ({})", module_name(o), o.class)
-        });
-        (
-            Severity::Info,
-            (
-                format!("{what} runs in forward, but no op uses its output: the loss is built from other outputs{owner}, so it gets no gradient. This is the library model's design when only part of its output is used."),
-                "Nothing to fix if you do not need this output; to skip computing it, build the model without it if the library allows (for BERT-like models, `add_pooling_layer=False`).".into(),
-            ),
-        )
-    } else {
-        (
-            Severity::Error,
-            (
-                format!("{what} runs in forward, but no op uses its output: it is computed and dropped, so no gradient reaches it."),
-                "Use its output in the loss (a loss term that was meant to be added?), or stop calling it and delete it.".into(),
-            ),
-        )
-    }
 }
 
 fn describe(
@@ -268,42 +206,6 @@ mod tests {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].params, vec!["fc.bias"]);
         assert!(f[0].message.contains("ran in forward"));
-    }
-
-    /// `fc` made an output no op used: in the user's code an error that says so; in an
-    /// installed library (a pooler the loss does not take) an info line.
-    #[test]
-    fn a_module_whose_output_nobody_used_is_told_so_and_is_info_in_a_library() {
-        for (file, severity) in [
-            ("/home/u/train.py", Severity::Error),
-            (
-                "/venv/lib/python3.11/site-packages/transformers/models/bert/modeling_bert.py",
-                Severity::Info,
-            ),
-        ] {
-            let mut s = bias_never_reached(false);
-            s.capture.unused_outputs = vec![2];
-            for m in &mut s.capture.modules {
-                if m.key == 2 {
-                    m.forward_def = Some(gradsleuth_model::Location::new(file, 10));
-                }
-            }
-            let f = s.run(&CHECK);
-            assert_eq!(f.len(), 1, "{f:?}");
-            assert_eq!(f[0].severity, severity, "{file}");
-            assert!(
-                f[0].message.contains("no op uses its output"),
-                "{}",
-                f[0].message
-            );
-        }
-        // Another module's unused output says nothing about `fc`.
-        let mut s = bias_never_reached(false);
-        s.capture.unused_outputs = vec![1];
-        let f = s.run(&CHECK);
-        assert!(f[0]
-            .message
-            .contains("ran in forward, but no gradient ever reached it"));
     }
 
     #[test]

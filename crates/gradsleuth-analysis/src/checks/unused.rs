@@ -293,6 +293,83 @@ fn ancestors<'c>(ctx: &'c Context, m: &'c ModuleRec) -> impl Iterator<Item = &'c
     std::iter::successors(Some(m), |c| c.parent.and_then(|p| ctx.capture.module(p))).take(1000)
 }
 
+/// Whether `m` or a module inside it made an output that no op used in the op-level step.
+fn output_unused(ctx: &Context, m: &ModuleRec) -> bool {
+    ctx.capture.unused_outputs.iter().any(|&k| {
+        ctx.capture
+            .module(k)
+            .is_some_and(|u| ancestors(ctx, u).any(|a| a.key == m.key))
+    })
+}
+
+/// Code of an installed package, not the user's.
+fn is_library(file: &str) -> bool {
+    file.contains("/site-packages/") || file.contains("/dist-packages/")
+}
+
+/// A module that ran and whose output no op used, seen by the op-level step: its own
+/// unreached parameters (taken from `left`). A library model's part the user's loss does not
+/// take (BertModel's pooler under a loss on the hidden states) is the library's design: info.
+/// In the user's own code it is a result computed and dropped (an auxiliary head whose loss
+/// term was forgotten): an error.
+fn unused_output(
+    ctx: &Context,
+    m: &ModuleRec,
+    left: &mut std::collections::BTreeMap<u64, Vec<u64>>,
+) -> Option<Finding> {
+    if !output_unused(ctx, m) {
+        return None;
+    }
+    let keys: Vec<u64> = left
+        .iter()
+        .filter(|(_, above)| above.contains(&m.key))
+        .map(|(k, _)| *k)
+        .collect();
+    if keys.is_empty() {
+        return None;
+    }
+    for k in &keys {
+        left.remove(k);
+    }
+    ctx.claim(keys.iter().copied());
+    let names = super::names(ctx, &keys);
+    let what = format!("`{}` ({})", module_name(m), plural(names.len(), "parameter"));
+    let library = m
+        .forward_def
+        .as_ref()
+        .or(m.class_def.as_ref())
+        .is_some_and(|l| is_library(&l.file));
+    let call = ctx.locate(m.first_call.as_ref());
+    let f = if library {
+        let owner = m
+            .parent
+            .and_then(|p| ctx.capture.module(p))
+            .map_or_else(String::new, |o| format!(" of `{}` ({})", module_name(o), o.class));
+        CHECK
+            .finding(
+                Severity::Info,
+                format!("{what} runs in forward, but no op uses its output: the loss is built from other outputs{owner}, so it gets no gradient. This is the library model's design when only part of its output is used."),
+            )
+            .fix("Nothing to fix if you do not need this output; to skip computing it, build the model without it if the library allows (for BERT-like models, `add_pooling_layer=False`).")
+    } else {
+        CHECK
+            .finding(
+                Severity::Error,
+                format!("{what} runs in forward, but no op uses its output: it is computed and dropped, so no gradient reaches it."),
+            )
+            .fix("Use its output in the loss (a loss term that was meant to be added?), or stop calling it and delete it.")
+    };
+    Some(
+        f.params(names)
+            .at(call)
+            .chain([
+                format!("{}(...) runs", module_name(m)),
+                "its output is used by no op ✗".into(),
+                "no path to the loss".into(),
+            ]),
+    )
+}
+
 /// Modules that ran with recording on and whose output never reached the loss, because the
 /// code that called them dropped it: the value their call assigned is overwritten before it
 /// is read (`output = self.decoder(...)` then `output = tgt`), or never read at all (a head
@@ -341,6 +418,11 @@ fn dead_outputs(ctx: &Context) -> Vec<Finding> {
             continue;
         };
         let Some(dead) = ctx.source.borrow_mut().dead_store(&call.file, call.line) else {
+            // The source does not show it (the value escapes through a return, a container,
+            // a library's output object), but the op-level step saw no op use the output.
+            if let Some(f) = unused_output(ctx, m, &mut left) {
+                out.push(f);
+            }
             continue;
         };
         // What the dropped value fed: the module's siblings that only fed it are upstream of
@@ -403,6 +485,46 @@ mod tests {
     use super::super::testing::*;
     use super::*;
     use gradsleuth_model::capture::ModuleKind;
+
+    /// `aux` ran every step, but the op-level step saw no op use its output (the source
+    /// shows nothing dropped: the value escapes through a return). In the user's code an
+    /// error; in an installed library (a pooler the loss does not take) an info line.
+    #[test]
+    fn a_module_whose_output_no_op_used_is_told_so_and_is_info_in_a_library() {
+        for (file, severity) in [
+            ("/home/u/train.py", Severity::Error),
+            (
+                "/venv/lib/python3.11/site-packages/transformers/models/bert/modeling_bert.py",
+                Severity::Info,
+            ),
+        ] {
+            for unused in [vec![3], vec![]] {
+                let mut s = healthy(2);
+                let m = s.module(3, "Linear", "aux", Some(1), ModuleKind::Registered, 2);
+                m.first_call = Some(gradsleuth_model::Location::new(file, 12));
+                m.forward_def = Some(gradsleuth_model::Location::new(file, 40));
+                s.param(20, "aux.weight", 3);
+                s.param(21, "aux.bias", 3);
+                s.capture.optimizers[0].params.extend([20, 21]);
+                s.capture.unused_outputs = unused.clone();
+                let f = s.run(&CHECK);
+                if unused.is_empty() {
+                    // Nothing known about its output: left to GS199.
+                    assert!(f.is_empty(), "{f:?}");
+                    continue;
+                }
+                assert_eq!(f.len(), 1, "{f:?}");
+                assert_eq!(f[0].severity, severity, "{file}");
+                assert_eq!(f[0].params, vec!["aux.weight", "aux.bias"]);
+                assert!(
+                    f[0].message.contains("no op uses its output"),
+                    "{}",
+                    f[0].message
+                );
+                assert_eq!(f[0].location.as_ref().unwrap().line, 12);
+            }
+        }
+    }
 
     #[test]
     fn a_forgotten_head_is_named_with_its_line() {

@@ -292,13 +292,18 @@ def test_watch_locates_a_nan_born_inside_an_installed_library_where_it_happens(t
     assert f["location"]["snippet"].strip() == "return torch.log(self.lin(x))"
 
 
-def test_a_library_models_unused_pooler_is_an_info_line_and_a_dropped_user_head_an_error(tmp_path):
+def test_unused_parts_of_library_models_are_info_lines_and_a_dropped_user_head_an_error(tmp_path):
     # BertModel runs its pooler; the loss takes the hidden states only.
     report = _run(tmp_path, HERE / "bert_hidden_states_control.py")
     assert not _loud(report), report["findings"]
     [info] = [f for f in report["findings"] if "encoder.pooler.dense.weight" in f["params"]]
     assert (info["severity"], info["code"]) == ("info", "GS102") and "no op uses its output" in info["message"]
     assert "`encoder` (BertModel)" in info["message"]
+    # CLIP used through `get_text_features`: `logit_scale` is read by no op.
+    report = _run(tmp_path, HERE / "clip_text_features_control.py")
+    assert not _loud(report), report["findings"]
+    [info] = [f for f in report["findings"] if f["params"] == ["clip.logit_scale"]]
+    assert (info["severity"], info["code"]) == ("info", "GS102") and "read by no op" in info["message"]
     # The user's own auxiliary head whose loss term was forgotten: computed and dropped.
     report = _run(tmp_path, HERE / "aux_head_dropped.py")
     [f] = _loud(report)

@@ -609,7 +609,9 @@ fn run_fixture(path: &Path) -> Value {
         v
     };
     let _ = fx.expect;
-    json!({"cuts": cuts, "inplace": inplace, "graph": graph, "unreached": unreached_names})
+    json!({"cuts": cuts, "inplace": inplace, "graph": graph, "unreached": unreached_names,
+           "unused_outputs": recorder.capture.unused_outputs,
+           "unread_params": recorder.capture.unread_params.iter().map(|k| key_name[k].as_str()).collect::<Vec<_>>()})
 }
 
 /// `expect` matches `got` when every key it names matches (objects: recursively; arrays:

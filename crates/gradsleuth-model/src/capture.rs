@@ -694,6 +694,10 @@ pub struct Capture {
     /// a library model's pooler when the loss takes only the hidden states.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unused_outputs: Vec<u64>,
+    /// Op-level: parameters no gradient reached that no op read during the step (a library
+    /// model's parameter only its `forward` uses, when the script calls another method).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_params: Vec<u64>,
     /// Op-level: in-place ops matched to an autograd error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inplace: Vec<InplaceRec>,
@@ -868,6 +872,7 @@ impl Default for Capture {
             zero_valued: Vec::new(),
             cuts: Vec::new(),
             unused_outputs: Vec::new(),
+            unread_params: Vec::new(),
             inplace: Vec::new(),
             error: None,
             dist: None,

@@ -135,6 +135,16 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if total == 0 {
             continue;
         }
+        // A library model whose own `forward` never ran while its parts did (the script
+        // calls another method): its parameters no op read are told by
+        // `unread_in_library`.
+        let other_method = m.runs == 0
+            && ran_inside.contains(&m.key)
+            && ctx.capture.unread_params.contains(&t.key)
+            && library_module(m);
+        if other_method {
+            continue;
+        }
         if m.runs == 0 && !f.reached() {
             never
                 .entry(top_not_run(ctx, m, &ran_inside).key)
@@ -285,6 +295,57 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .fix(format!("Use `self.{attr}` in `{}.forward`, or delete it.", m.class)),
         );
     }
+    out.extend(unread_in_library(ctx));
+    out
+}
+
+/// Parameters of an installed library's module that no op read in the op-level step: the
+/// script calls a part of the model that does not use them (`CLIPModel.get_text_features`
+/// never reads `logit_scale`, which only `forward` uses). The library's design: info.
+fn unread_in_library(ctx: &Context) -> Vec<Finding> {
+    use std::collections::BTreeMap;
+    let mut by_module: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for (t, f) in trainable_params(ctx) {
+        if ctx.is_claimed(t.key)
+            || f.status != gradsleuth_model::ParamStatus::GradNone
+            || !ctx.capture.unread_params.contains(&t.key)
+        {
+            continue;
+        }
+        let Some(m) = t.module.and_then(|k| ctx.capture.module(k)) else {
+            continue;
+        };
+        if library_module(m) {
+            by_module.entry(m.key).or_default().push(t.key);
+        }
+    }
+    let mut out = Vec::new();
+    for (mk, keys) in by_module {
+        let Some(m) = ctx.capture.module(mk) else {
+            continue;
+        };
+        ctx.claim(keys.iter().copied());
+        let names = super::names(ctx, &keys);
+        let one = names.len() == 1;
+        out.push(
+            CHECK
+                .finding(
+                    Severity::Info,
+                    format!(
+                        "{} {} read by no op in the observed step: the parts of `{}` ({}) the script calls do not use {}, so {} no gradient. This is the library model's design when only part of it is used.",
+                        super::name_list(&names),
+                        if one { "is" } else { "are" },
+                        module_name(m),
+                        m.class,
+                        if one { "it" } else { "them" },
+                        if one { "it gets" } else { "they get" },
+                    ),
+                )
+                .params(names)
+                .at(ctx.locate(m.first_call.as_ref().or(m.assigned_at.as_ref())))
+                .fix("Nothing to fix if the script uses only part of the model (a `get_text_features`-style method); leave these out of the optimizer to make it explicit."),
+        );
+    }
     out
 }
 
@@ -305,6 +366,14 @@ fn output_unused(ctx: &Context, m: &ModuleRec) -> bool {
 /// Code of an installed package, not the user's.
 fn is_library(file: &str) -> bool {
     file.contains("/site-packages/") || file.contains("/dist-packages/")
+}
+
+/// A module whose code is an installed package's.
+fn library_module(m: &ModuleRec) -> bool {
+    m.forward_def
+        .as_ref()
+        .or(m.class_def.as_ref())
+        .is_some_and(|l| is_library(&l.file))
 }
 
 /// A module that ran and whose output no op used, seen by the op-level step: its own
@@ -333,18 +402,20 @@ fn unused_output(
     }
     ctx.claim(keys.iter().copied());
     let names = super::names(ctx, &keys);
-    let what = format!("`{}` ({})", module_name(m), plural(names.len(), "parameter"));
-    let library = m
-        .forward_def
-        .as_ref()
-        .or(m.class_def.as_ref())
-        .is_some_and(|l| is_library(&l.file));
+    let what = format!(
+        "`{}` ({})",
+        module_name(m),
+        plural(names.len(), "parameter")
+    );
+    let library = library_module(m);
     let call = ctx.locate(m.first_call.as_ref());
     let f = if library {
         let owner = m
             .parent
             .and_then(|p| ctx.capture.module(p))
-            .map_or_else(String::new, |o| format!(" of `{}` ({})", module_name(o), o.class));
+            .map_or_else(String::new, |o| {
+                format!(" of `{}` ({})", module_name(o), o.class)
+            });
         CHECK
             .finding(
                 Severity::Info,
@@ -359,15 +430,11 @@ fn unused_output(
             )
             .fix("Use its output in the loss (a loss term that was meant to be added?), or stop calling it and delete it.")
     };
-    Some(
-        f.params(names)
-            .at(call)
-            .chain([
-                format!("{}(...) runs", module_name(m)),
-                "its output is used by no op ✗".into(),
-                "no path to the loss".into(),
-            ]),
-    )
+    Some(f.params(names).at(call).chain([
+        format!("{}(...) runs", module_name(m)),
+        "its output is used by no op ✗".into(),
+        "no path to the loss".into(),
+    ]))
 }
 
 /// Modules that ran with recording on and whose output never reached the loss, because the
@@ -522,6 +589,46 @@ mod tests {
                     f[0].message
                 );
                 assert_eq!(f[0].location.as_ref().unwrap().line, 12);
+            }
+        }
+    }
+
+    /// A library model's own parameter no op read in the step (only its `forward` uses it;
+    /// the script calls another method): info. The same in the user's code is left to the
+    /// checks that can say why.
+    #[test]
+    fn a_library_parameter_no_op_read_is_info() {
+        for (file, found) in [
+            (
+                "/venv/lib/python3.11/site-packages/transformers/models/clip/modeling_clip.py",
+                true,
+            ),
+            ("/home/u/model.py", false),
+        ] {
+            let mut s = healthy(2);
+            let m = s.module(3, "CLIPModel", "clip", Some(1), ModuleKind::Registered, 0);
+            m.forward_def = Some(gradsleuth_model::Location::new(file, 40));
+            // Its `forward` never ran; the text tower inside it did.
+            s.module(
+                4,
+                "CLIPTextTransformer",
+                "clip.text_model",
+                Some(3),
+                ModuleKind::Registered,
+                2,
+            );
+            s.param(20, "clip.logit_scale", 3);
+            s.capture.optimizers[0].params.push(20);
+            s.capture.unread_params = vec![20];
+            let f: Vec<_> = s
+                .run(&CHECK)
+                .into_iter()
+                .filter(|f| f.message.contains("read by no op"))
+                .collect();
+            assert_eq!(f.len(), usize::from(found), "{file}: {f:?}");
+            if found {
+                assert_eq!(f[0].severity, Severity::Info);
+                assert_eq!(f[0].params, vec!["clip.logit_scale"]);
             }
         }
     }

@@ -182,8 +182,12 @@ pub struct OpLog<K, N> {
     /// The module whose forward runs now.
     current_module: Option<u64>,
     /// Tensors needing grad that a module's forward made and no op has used yet: address ->
-    /// (module, keeper).
-    made_by: FxHashMap<usize, (u64, K)>,
+    /// module. No keeper (nothing is kept per output on the deep step's path): an output made
+    /// at the address of one still waiting means that one died unused.
+    made_by: FxHashMap<usize, u64>,
+    /// Tensors needing grad that an op read with recording on (an optimizer's update under
+    /// `no_grad` reads every parameter and does not count).
+    read: FxHashSet<usize>,
     /// Modules with an output that no op ever used (it died, or the step ended, unused): a
     /// pooler whose output the user's loss does not take.
     dropped: FxHashSet<u64>,
@@ -240,6 +244,7 @@ impl<K, N> OpLog<K, N> {
             checkpoint: Vec::new(),
             current_module: None,
             made_by: Default::default(),
+            read: Default::default(),
             dropped: Default::default(),
             step,
             ops: 0,
@@ -282,16 +287,14 @@ impl<K, N> OpLog<K, N> {
         self.module_timeline.clear();
         self.current_module = None;
         self.made_by.clear();
+        self.read.clear();
         self.dropped.clear();
     }
 
-    /// An op used `t`: it is no longer a module output waiting for a use. An entry whose
-    /// object died is an output that was never used.
+    /// An op used `t`: it is no longer a module output waiting for a use.
     fn used<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, t: &H::Value) {
-        if let Some((m, keeper)) = self.made_by.remove(&h.addr(t)) {
-            if !h.holds(&keeper, t) {
-                self.dropped.insert(m);
-            }
+        if !self.made_by.is_empty() {
+            self.made_by.remove(&h.addr(t));
         }
     }
 
@@ -304,7 +307,7 @@ impl<K, N> OpLog<K, N> {
         if self.made_by.len() >= 1_000_000 {
             return;
         }
-        if let Some((old, _)) = self.made_by.insert(h.addr(o), (m, h.keep(o))) {
+        if let Some(old) = self.made_by.insert(h.addr(o), m) {
             self.dropped.insert(old);
         }
     }
@@ -752,6 +755,11 @@ impl<K, N> OpLog<K, N> {
                 }
             }
         }
+        if out_needs_grad && self.read.len() < 4_000_000 {
+            for t in &needs_grad {
+                self.read.insert(h.addr(t));
+            }
+        }
         if !needs_grad.is_empty() {
             // Where each input was first used by an op that records a graph: autograd may save
             // any of them (an input batch is saved for the weight's gradient), so an in-place
@@ -1136,13 +1144,28 @@ impl<K, N> OpLog<K, N> {
             .dropped
             .iter()
             .copied()
-            .chain(self.made_by.values().map(|(m, _)| *m))
+            .chain(self.made_by.values().copied())
             .collect();
         dropped.sort_unstable();
         dropped.dedup();
         for m in dropped {
             if !recorder.capture.unused_outputs.contains(&m) {
                 recorder.capture.unused_outputs.push(m);
+            }
+        }
+        // Unreached parameters no op read with recording on in the whole step (a live
+        // parameter's address is never another tensor's).
+        if self.ops > 0 {
+            let mut never: Vec<u64> = unreached
+                .iter()
+                .filter(|(addr, _)| !self.read.contains(addr))
+                .map(|(_, k)| *k)
+                .collect();
+            never.sort_unstable();
+            for k in never {
+                if !recorder.capture.unread_params.contains(&k) {
+                    recorder.capture.unread_params.push(k);
+                }
             }
         }
         self.clear();

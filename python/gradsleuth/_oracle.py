@@ -36,8 +36,9 @@ def _describe(v: object, depth: int = 0) -> dict:
             t = v.detach()
             d["min"], d["max"] = float(t.min()), float(t.max())
         return {"tensor": d}
-    if v is None or isinstance(v, (bool, int, str)) or (isinstance(v, float) and abs(v) != float("inf") and v == v):
-        return {"literal": repr(v)}
+    if v is None or type(v) in (bool, int, str, float):
+        r = _literal(v)
+        return {"literal": r} if r is not None else {"other": type(v).__qualname__}
     if isinstance(v, (tuple, list)) and type(v) in (tuple, list):
         return {type(v).__name__: [_describe(x, depth + 1) for x in v]}
     if isinstance(v, dict) and all(isinstance(k, str) for k in v):

@@ -449,6 +449,13 @@ impl Recorder {
         })
     }
 
+    /// The model root of the module a registered tensor belongs to.
+    pub fn tensor_root(&self, key: u64) -> Option<u64> {
+        let t = &self.capture.tensors[*self.tensors.get(&key)?];
+        let m = &self.capture.modules[*self.modules.get(&t.module?)?];
+        m.root
+    }
+
     pub fn has_tensor(&self, key: u64) -> bool {
         self.tensors.contains_key(&key)
     }

@@ -320,6 +320,11 @@ impl Recorder {
         self.inner.has_tensor(key)
     }
 
+    /// The model root of the module a registered tensor belongs to.
+    fn tensor_root(&self, key: u64) -> Option<u64> {
+        self.inner.tensor_root(key)
+    }
+
     #[pyo3(signature = (key, class_, created_at, params, lrs))]
     fn optimizer(
         &mut self,

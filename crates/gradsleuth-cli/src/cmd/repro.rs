@@ -270,11 +270,10 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     // script saw.
     let started = std::time::Instant::now();
     let budget = Duration::from_secs_f64(args.budget);
-    let (start, fed) = data_pass(&mut oracle, &candidate, &start, args.steps, &holds);
+    let within = |s: &str, o: &mut Oracle| started.elapsed() < budget && holds(s, o);
+    let (start, fed) = data_pass(&mut oracle, &candidate, &start, args.steps, &within);
     // Arguments computed from the data or the command line become the literals they were.
-    let (start, folded) = fold_pass(&mut oracle, &candidate, &start, &|s, o| {
-        started.elapsed() < budget && holds(s, o)
-    });
+    let (start, folded) = fold_pass(&mut oracle, &candidate, &start, &within);
     let mut reduced = reduce(
         &start,
         |s| holds(s, &mut oracle),

@@ -836,14 +836,19 @@ class Tracer:
         for k, m in tops:
             self._scan(m, k, prefix=(self._root_names[k] + ".") if multi else "", hook=False)
         # Registered earlier, not part of any model now: replaced layers, or the stand-ins
-        # torch.func.functional_call swaps in while a forward runs. Not a tensor that died
-        # with its model (a model local to `main()`, which returned before the report): that
-        # model ended as it was, nothing replaced it.
+        # torch.func.functional_call and torch.export swap in. Not a trained parameter that
+        # died with its model (a model and optimizer local to `main()`, which returned before
+        # the report): that model ended as it was, nothing replaced it.
         alive = {k for k, _ in roots}
         orphan_tensors = {k for k in earlier if self.rec.is_orphan_tensor(k)}
         for k in earlier - self._scanned - orphan_tensors:
             root = self.rec.tensor_root(k)
-            ended = self.obj(k) is None and root is not None and root not in alive
+            ended = (
+                self.obj(k) is None
+                and root is not None
+                and root not in alive
+                and self.rec.tensor_optimized(k)
+            )
             if not ended:
                 self.rec.retire(k)
         for okey, ref in self._optimizers.items():

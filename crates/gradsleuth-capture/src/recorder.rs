@@ -449,6 +449,14 @@ impl Recorder {
         })
     }
 
+    /// Whether an optimizer seen so far holds the tensor.
+    pub fn tensor_optimized(&self, key: u64) -> bool {
+        self.capture
+            .optimizers
+            .iter()
+            .any(|o| o.params.contains(&key))
+    }
+
     /// The model root of the module a registered tensor belongs to.
     pub fn tensor_root(&self, key: u64) -> Option<u64> {
         let t = &self.capture.tensors[*self.tensors.get(&key)?];

@@ -320,6 +320,11 @@ impl Recorder {
         self.inner.has_tensor(key)
     }
 
+    /// Whether an optimizer seen so far holds the tensor.
+    fn tensor_optimized(&self, key: u64) -> bool {
+        self.inner.tensor_optimized(key)
+    }
+
     /// The model root of the module a registered tensor belongs to.
     fn tensor_root(&self, key: u64) -> Option<u64> {
         self.inner.tensor_root(key)

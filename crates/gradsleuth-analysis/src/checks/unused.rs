@@ -304,6 +304,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
 /// never reads `logit_scale`, which only `forward` uses). The library's design: info.
 fn unread_in_library(ctx: &Context) -> Vec<Finding> {
     use std::collections::BTreeMap;
+    if backward_failed(ctx) {
+        return Vec::new();
+    }
     let mut by_module: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     for (t, f) in trainable_params(ctx) {
         if ctx.is_claimed(t.key)
@@ -363,6 +366,12 @@ fn output_unused(ctx: &Context, m: &ModuleRec) -> bool {
     })
 }
 
+/// Every backward raised: no parameter got a gradient because of that error, which its own
+/// finding tells; what the op-level step saw of outputs and reads explains nothing.
+fn backward_failed(ctx: &Context) -> bool {
+    !ctx.capture.backwards.is_empty() && ctx.capture.backwards.iter().all(|b| b.error.is_some())
+}
+
 /// Code of an installed package, not the user's.
 fn is_library(file: &str) -> bool {
     file.contains("/site-packages/") || file.contains("/dist-packages/")
@@ -386,7 +395,7 @@ fn unused_output(
     m: &ModuleRec,
     left: &mut std::collections::BTreeMap<u64, Vec<u64>>,
 ) -> Option<Finding> {
-    if !output_unused(ctx, m) {
+    if !output_unused(ctx, m) || backward_failed(ctx) {
         return None;
     }
     let keys: Vec<u64> = left
@@ -477,6 +486,10 @@ fn dead_outputs(ctx: &Context) -> Vec<Finding> {
         .filter(|m| above_left.contains(&m.key) && !reached_below.contains(&m.key))
         .collect();
     candidates.sort_by_cached_key(|m| ancestors(ctx, m).count());
+    // Modules whose drop the source does not show (the value escapes through a return, a
+    // container, a library's output object): told from the op-level step afterwards, so an
+    // inner module's dead store keeps its exact line.
+    let mut unseen: Vec<&ModuleRec> = Vec::new();
     for m in candidates {
         if left.is_empty() {
             break;
@@ -485,11 +498,7 @@ fn dead_outputs(ctx: &Context) -> Vec<Finding> {
             continue;
         };
         let Some(dead) = ctx.source.borrow_mut().dead_store(&call.file, call.line) else {
-            // The source does not show it (the value escapes through a return, a container,
-            // a library's output object), but the op-level step saw no op use the output.
-            if let Some(f) = unused_output(ctx, m, &mut left) {
-                out.push(f);
-            }
+            unseen.push(m);
             continue;
         };
         // What the dropped value fed: the module's siblings that only fed it are upstream of
@@ -543,6 +552,11 @@ fn dead_outputs(ctx: &Context) -> Vec<Finding> {
                 ])
                 .fix(format!("Use `{name}` where the computation continues (or remove the call if its result is not needed).")),
         );
+    }
+    for m in unseen {
+        if let Some(f) = unused_output(ctx, m, &mut left) {
+            out.push(f);
+        }
     }
     out
 }

@@ -298,17 +298,16 @@ impl<K, N> OpLog<K, N> {
         }
     }
 
-    /// A module's forward made `o` (needing grad); an unused output that lived at its
-    /// address before was dropped.
-    fn made<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, o: &H::Value) {
-        let Some(m) = self.current_module else {
-            return;
-        };
-        if self.made_by.len() >= 1_000_000 {
-            return;
-        }
-        if let Some(old) = self.made_by.insert(h.addr(o), m) {
+    /// An op made a new tensor at `addr`: an unused module output that lived there before
+    /// died unused. A tensor needing grad made inside a module's forward waits for a use.
+    fn made(&mut self, addr: usize, needs_grad: bool) {
+        if let Some(old) = self.made_by.remove(&addr) {
             self.dropped.insert(old);
+        }
+        if let (true, Some(m)) = (needs_grad, self.current_module) {
+            if self.made_by.len() < 1_000_000 {
+                self.made_by.insert(addr, m);
+            }
         }
     }
 
@@ -577,9 +576,13 @@ impl<K, N> OpLog<K, N> {
         Self::tensors(h, &call.out, &mut outputs);
         let mut out_needs_grad = false;
         for o in &outputs {
-            if h.requires_grad(o)? {
-                out_needs_grad = true;
-                self.made(h, o);
+            let needs = h.requires_grad(o)?;
+            out_needs_grad |= needs;
+            // An in-place op (or one returning its input) makes nothing new: the op just used
+            // that tensor.
+            let a = h.addr(o);
+            if !inputs.iter().any(|t| h.addr(t) == a) {
+                self.made(a, needs);
             }
         }
         if needs_grad.is_empty()

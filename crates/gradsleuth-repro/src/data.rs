@@ -488,12 +488,6 @@ pub fn substitute(
     value: &Value,
     repeat: u32,
 ) -> Option<(String, Vec<String>)> {
-    if !matches!(
-        value,
-        Value::Tensor(_) | Value::Tuple(_) | Value::List(_) | Value::Dict(_) | Value::Model(_)
-    ) {
-        return None;
-    }
     if !contains_tensor_or_model(value) {
         return None;
     }

@@ -167,6 +167,22 @@ def test_a_job_started_by_accelerate_launch_is_observed_in_its_worker(tmp_path):
     assert f["location"]["file"] == "accelerate_detach.py" and f["location"]["line"] == 15
 
 
+def test_a_job_started_by_fabric_run_is_observed_in_both_ranks_under_the_users_names(tmp_path):
+    """`fabric run` (Lightning's `lightning run model`) starts rank 0 and re-executes the script
+    for rank 1: both are traced through the bootstrap, and Fabric's `_FabricModule` and DDP
+    wrappers are stripped from the names."""
+    proc, report = _launched(
+        tmp_path, "fabric", "run", "--accelerator", "cpu", "--devices", "2", "fabric_optimizer_missing.py", cwd=HERE
+    )
+    assert report is not None, proc.stderr[-3000:]
+    [f] = _loud(report)
+    assert f["category"] == "optimizer_missing" and sorted(f["params"]) == ["head.bias", "head.weight"]
+    assert (f["location"]["file"], f["location"]["line"]) == ("fabric_optimizer_missing.py", 23)
+    assert f["ranks"] == [0, 1], f
+    names = {p["name"] for p in report["parameters"]}
+    assert names == {"encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"}, names
+
+
 @pytest.mark.parametrize("launcher", [["python"], ["accelerate", "launch", "--cpu", "--num_processes", "1"]])
 def test_a_job_that_runs_a_module_is_observed_in_the_interpreter_running_it(tmp_path, launcher):
     """`gradsleuth run -- python -m NAME` / `-- accelerate launch -m NAME`: the interpreter started
@@ -311,3 +327,27 @@ def test_unused_parts_of_library_models_are_info_lines_and_a_dropped_user_head_a
     # At the user's line that calls it.
     assert (f["location"]["file"], f["location"]["line"]) == ("aux_head_dropped.py", 18)
     assert sorted(f["params"]) == ["aux.0.bias", "aux.0.weight", "aux.2.bias", "aux.2.weight"]
+
+
+def test_a_fresh_head_frozen_while_the_layers_below_train_is_a_warning_at_the_freeze(tmp_path):
+    """Freezing judged by intent: a layer not loaded with the rest of the model's weights
+    (torch's `load_state_dict`, transformers' `from_pretrained`) frozen by the user's filter or
+    by PEFT while the layers below it train stays at random values: a warning at the line that
+    froze it. Frozen layers that were loaded stay deliberate freezing (info)."""
+    cases = [
+        ("resnet_finetune_frozen_head.py", 20, ["fc.bias", "fc.weight"]),
+        ("bert_classifier_frozen_by_filter.py", 19, ["classifier.bias", "classifier.weight"]),
+        ("peft_classifier_not_saved.py", 16, ["classifier.bias", "classifier.weight"]),
+    ]
+    for script, line, params in cases:
+        report = _run(tmp_path, HERE / script)
+        [f] = _loud(report)
+        assert (f["severity"], f["code"]) == ("warning", "GS101"), f
+        assert "not loaded with the rest of the model's weights" in f["message"], f["message"]
+        assert sorted(f["params"]) == params
+        assert (f["location"]["file"], f["location"]["line"]) == (script, line), f["location"]
+        # The rest of the freeze was deliberate, and is told as such.
+        assert any(g["severity"] == "info" and g["code"] == "GS101" for g in report["findings"])
+    for control in ("resnet_finetune_control.py", "peft_classifier_saved_control.py"):
+        report = _run(tmp_path, HERE / control)
+        assert not _loud(report), report["findings"]

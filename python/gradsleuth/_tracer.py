@@ -253,6 +253,8 @@ class Tracer:
         self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))
         self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
         self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
+        self._patch(nn.Module, "load_state_dict", self._wrap_load)
+        self._patch(nn.Module, "_load_from_state_dict", self._wrap_load)
         self._watch_freezing()
         import multiprocessing.process
 
@@ -344,10 +346,12 @@ class Tracer:
 
         def record(t, value, frame):
             try:
+                key = tracer.key(t)
                 if value:
-                    tracer.rec.unfrozen(tracer.key(t))
+                    tracer.rec.unfrozen(key)
                 else:
-                    tracer.rec.frozen_at(tracer.key(t), site_of(frame))
+                    tracer.rec.frozen_at(key, site_of(frame))
+                tracer.rec.frozen_by_owner(key, not value and _in_owner_init(t, frame))
             except Exception as e:  # noqa: BLE001 - freezing must never fail because of us
                 tracer.rec.note(f"requires_grad: {e}")
 
@@ -370,6 +374,31 @@ class Tracer:
         nn.Parameter.requires_grad = property(get, set_, doc=base.__doc__)  # type: ignore[assignment]
         nn.Parameter.requires_grad_ = requires_grad_  # type: ignore[method-assign]
         self._unpatch.append(lambda: (delattr(nn.Parameter, "requires_grad"), delattr(nn.Parameter, "requires_grad_")))
+
+    def _wrap_load(self, original):
+        """Which parameters a checkpoint load writes: torch's `load_state_dict` and each
+        module's `_load_from_state_dict` (which it, and transformers' older loader, call per
+        module) take the entries named by the module's prefix. A model with loaded weights and
+        a parameter outside them has that parameter freshly initialised."""
+        tracer = self
+
+        def load(module, state_dict, *args, **kwargs):
+            out = original(module, state_dict, *args, **kwargs)
+            if tracer.active:
+                try:
+                    if original.__name__ == "load_state_dict":
+                        params = module.named_parameters()
+                    else:
+                        prefix = args[0] if args else kwargs.get("prefix", "")
+                        params = ((prefix + n, p) for n, p in vars(module).get("_parameters", {}).items())
+                    for name, p in params:
+                        if p is not None and name in state_dict:
+                            tracer.rec.loaded(tracer.key(p))
+                except Exception as e:  # noqa: BLE001 - never break the user's load
+                    tracer.rec.note(f"state dict load: {type(e).__name__}: {e}")
+            return out
+
+        return load
 
     def _patch(self, owner, name, make):
         original = owner.__dict__.get(name, getattr(owner, name, None))
@@ -799,6 +828,8 @@ class Tracer:
             is_leaf=t.is_leaf,
             is_parameter=isinstance(t, nn.Parameter),
         )
+        if getattr(t, "_is_hf_initialized", False) is True:  # loaded by transformers' from_pretrained
+            self.rec.loaded(tkey)
         local = getattr(t, "_local_tensor", None)  # an FSDP2 DTensor's shard on this rank
         if local is not None:
             self.rec.tensor_shard(tkey, local.numel())
@@ -1255,6 +1286,20 @@ class Tracer:
             self.rec.note(f"derivative: {e}")
 
 
+def _in_owner_init(t, frame) -> bool:
+    """Whether `t` is being frozen inside the constructor of the module it belongs to (a fixed
+    table the architecture keeps frozen), not by a training choice made after it was built."""
+    for _ in range(64):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "__init__":
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, nn.Module) and any(p is t for p in vars(owner).get("_parameters", {}).values()):
+                return True
+        frame = frame.f_back
+    return False
+
+
 def _dtype(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
@@ -1281,6 +1326,7 @@ _WRAPPERS = {
     "DataParallel": "module",
     "OptimizedModule": "_orig_mod",
     "FullyShardedDataParallel": "_fsdp_wrapped_module",
+    "_FabricModule": "_forward_module",  # Lightning Fabric's `setup`
 }
 
 

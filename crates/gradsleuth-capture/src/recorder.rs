@@ -658,6 +658,24 @@ impl Recorder {
         self.apply_frozen(key);
     }
 
+    /// A parameter whose values a checkpoint load wrote (or that a library marked loaded).
+    pub fn loaded(&mut self, key: u64) {
+        insert_sorted(&mut self.capture.loaded, key);
+    }
+
+    /// A parameter its own module's constructor froze (`by_owner`), or one frozen later (a
+    /// training choice): only the latest freeze counts.
+    pub fn frozen_by_owner(&mut self, key: u64, by_owner: bool) {
+        let v = &mut self.capture.built_frozen;
+        match (v.binary_search(&key), by_owner) {
+            (Err(i), true) => v.insert(i, key),
+            (Ok(i), false) => {
+                v.remove(i);
+            }
+            _ => {}
+        }
+    }
+
     /// `requires_grad` set back to True: the tensor is no longer frozen by that line.
     pub fn unfrozen(&mut self, key: u64) {
         self.frozen.remove(&key);
@@ -780,6 +798,13 @@ impl Recorder {
 
     pub fn backward_count(&self) -> usize {
         self.capture.backwards.len()
+    }
+}
+
+/// Inserts `key` into the sorted `keys` once.
+fn insert_sorted(keys: &mut Vec<u64>, key: u64) {
+    if let Err(i) = keys.binary_search(&key) {
+        keys.insert(i, key);
     }
 }
 

@@ -687,6 +687,16 @@ pub struct Capture {
     /// gradient.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_valued: Vec<u64>,
+    /// Parameters whose values were loaded from a checkpoint during the run: by torch's
+    /// `load_state_dict` (each module's `_load_from_state_dict`), or marked loaded by
+    /// transformers' `from_pretrained`. A model with some of these and a parameter outside
+    /// them has that parameter freshly initialised (a new classification head).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<u64>,
+    /// Parameters frozen by their own module's constructor (`self.pe.requires_grad = False`
+    /// in the `__init__` that created it): part of the architecture, not a training choice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub built_frozen: Vec<u64>,
     /// Op-level: cuts between parameters and the loss, with their lines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cuts: Vec<CutRec>,
@@ -870,6 +880,8 @@ impl Default for Capture {
             root_calls: 0,
             weight_changes: Vec::new(),
             zero_valued: Vec::new(),
+            loaded: Vec::new(),
+            built_frozen: Vec::new(),
             cuts: Vec::new(),
             unused_outputs: Vec::new(),
             unread_params: Vec::new(),

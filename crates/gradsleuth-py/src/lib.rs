@@ -194,6 +194,16 @@ impl Recorder {
         self.inner.unfrozen(key);
     }
 
+    /// A parameter frozen by its own module's constructor (`by_owner`) or later.
+    fn frozen_by_owner(&mut self, key: u64, by_owner: bool) {
+        self.inner.frozen_by_owner(key, by_owner);
+    }
+
+    /// A parameter whose values a checkpoint load wrote.
+    fn loaded(&mut self, key: u64) {
+        self.inner.loaded(key);
+    }
+
     /// Stores the watch monitors' records (one per optimizer) in the capture (the command
     /// becomes `watch`).
     fn set_watch(&mut self, watchers: Vec<PyRefMut<'_, watch::Watcher>>) {

@@ -1,5 +1,7 @@
 //! GS101 `frozen`: parameters with `requires_grad=False`, deliberate or not.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+
 use gradsleuth_model::{Finding, Severity};
 
 use super::zero_behind::starved_by;
@@ -29,6 +31,16 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .iter()
         .partition(|k| ctx.facts.get(**k).is_some_and(|f| !f.optimizers.is_empty()));
     let mut out = Vec::new();
+    // Freshly initialised parameters frozen while the layers below them train: judged by
+    // intent, not deliberate freezing.
+    let (fresh, free) = if trainable > 0 {
+        fresh_over_trained(ctx, &free)
+    } else {
+        (Fresh::default(), free)
+    };
+    if !fresh.params.is_empty() {
+        out.push(fresh_finding(ctx, &fresh));
+    }
     for (keys, is_held) in [(held, true), (free, false)] {
         if keys.is_empty() {
             continue;
@@ -132,6 +144,183 @@ fn run(ctx: &Context) -> Vec<Finding> {
         out.push(finding.params(names));
     }
     out
+}
+
+/// Frozen parameters that were freshly initialised in a model loaded from weights, with
+/// trainable layers below them.
+#[derive(Debug, Default)]
+struct Fresh {
+    params: Vec<u64>,
+    /// Trainable parameters whose gradient passes through them, nearest first.
+    below: Vec<u64>,
+}
+
+/// Splits `frozen` (not held by any optimizer) into the parameters frozen against intent and
+/// the rest. A parameter is frozen against intent when all of these hold:
+/// - its model had weights loaded (`Capture::loaded`: `load_state_dict`, `from_pretrained`)
+///   and it was not among them: freshly initialised, at random (a new classification head);
+/// - a call during the run froze it (`frozen_at`), not its own module's constructor (a fixed
+///   positional table is part of the architecture, `Capture::built_frozen`);
+/// - the op-level graph passes the loss's gradient through its module to trainable
+///   parameters outside it: the layers below it train, through a layer fixed at random.
+///
+/// Without loaded weights (a model trained from scratch with a fixed random projection), or
+/// without a graph, nothing is judged.
+fn fresh_over_trained(ctx: &Context, frozen: &[u64]) -> (Fresh, Vec<u64>) {
+    let none = || (Fresh::default(), frozen.to_vec());
+    let capture = ctx.capture;
+    if capture.loaded.is_empty() {
+        return none();
+    }
+    let Some(graph) = capture.graph.as_ref() else {
+        return none();
+    };
+    let root_of = |k: u64| -> Option<u64> {
+        let m = ctx.facts.rec(k)?.module?;
+        capture.module(m).and_then(|m| m.root.or(Some(m.key)))
+    };
+    let loaded_roots: HashSet<u64> = capture.loaded.iter().filter_map(|k| root_of(*k)).collect();
+    let candidate = |k: u64| -> Option<u64> {
+        let t = ctx.facts.rec(k)?;
+        let fresh = capture.loaded.binary_search(&k).is_err()
+            && capture.built_frozen.binary_search(&k).is_err()
+            && t.frozen_at.is_some()
+            && root_of(k).is_some_and(|r| loaded_roots.contains(&r));
+        fresh.then_some(t.module?)
+    };
+    let parent: HashMap<u64, u64> = capture
+        .modules
+        .iter()
+        .filter_map(|m| Some((m.key, m.parent?)))
+        .collect();
+    let within = |mut m: u64, top: u64| -> bool {
+        for _ in 0..64 {
+            if m == top {
+                return true;
+            }
+            match parent.get(&m) {
+                Some(&p) => m = p,
+                None => return false,
+            }
+        }
+        false
+    };
+    let mut inputs: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
+    for &(from, to) in &graph.edges {
+        if let Some(v) = inputs.get_mut(from as usize) {
+            v.push(to);
+        }
+    }
+    // Per module: the trainable parameters outside it that its nodes pass gradient to.
+    let mut below_of: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut out = Fresh::default();
+    let mut rest = Vec::new();
+    for &k in frozen {
+        let Some(m) = candidate(k) else {
+            rest.push(k);
+            continue;
+        };
+        let below = below_of.entry(m).or_insert_with(|| {
+            let mut seen = vec![false; graph.nodes.len()];
+            let mut queue: VecDeque<u32> = graph
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.module.is_some_and(|x| within(x, m)))
+                .map(|(i, _)| i as u32)
+                .collect();
+            let mut found = Vec::new();
+            while let Some(i) = queue.pop_front() {
+                let Some(s) = seen.get_mut(i as usize) else {
+                    continue;
+                };
+                if std::mem::replace(s, true) {
+                    continue;
+                }
+                if let Some(p) = graph.nodes[i as usize].param {
+                    let trains = ctx.facts.rec(p).is_some_and(|t| {
+                        t.requires_grad && t.module.is_none_or(|pm| !within(pm, m))
+                    });
+                    if trains && !found.contains(&p) {
+                        found.push(p);
+                    }
+                }
+                queue.extend(inputs[i as usize].iter().copied());
+            }
+            found
+        });
+        if below.is_empty() {
+            rest.push(k);
+            continue;
+        }
+        out.params.push(k);
+        for p in below.iter() {
+            if !out.below.contains(p) {
+                out.below.push(*p);
+            }
+        }
+    }
+    (out, rest)
+}
+
+fn fresh_finding(ctx: &Context, fresh: &Fresh) -> Finding {
+    let names = super::names(ctx, &fresh.params);
+    let groups = group_by_module(ctx, &fresh.params);
+    let modules: Vec<_> = groups
+        .iter()
+        .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
+        .collect();
+    let what = if modules.len() == groups.len() && !modules.is_empty() {
+        let shown: Vec<String> = modules.iter().map(|m| module_name(m)).collect();
+        format!(
+            "{} ({})",
+            name_list(&shown),
+            plural(names.len(), "parameter")
+        )
+    } else {
+        name_list(&names)
+    };
+    // The layers that train through it, by module, nearest first.
+    let mut below: Vec<String> = Vec::new();
+    for p in &fresh.below {
+        let m = ctx
+            .facts
+            .rec(*p)
+            .and_then(|t| t.module)
+            .and_then(|m| ctx.capture.module(m));
+        let name = m.map_or_else(|| super::names(ctx, &[*p]).join(""), module_name);
+        if !below.contains(&name) {
+            below.push(name);
+        }
+    }
+    let (are, they, them, was) = if names.len() == 1 {
+        ("is", "it", "it", "was")
+    } else {
+        ("are", "they", "them", "were")
+    };
+    // Where the module was made, when that is the user's code (a library's constructor says
+    // nothing about the head the user swapped in).
+    let loc = modules
+        .first()
+        .and_then(|m| module_assignment(ctx, m))
+        .filter(|l| !super::is_library(&l.file));
+    ctx.claim(fresh.params.iter().copied());
+    CHECK
+        .finding(
+            Severity::Warning,
+            format!(
+                "{what} {are} frozen, but {they} {was} not loaded with the rest of the model's weights: freshly initialised, {they} will stay at random values while the layers below {them} ({}) train through {them}.",
+                name_list(&below),
+            ),
+        )
+        .at(freeze_site(ctx, &fresh.params).or(loc.clone()))
+        .related(loc, "the freshly initialised module")
+        .fix(format!(
+            "Leave {first} out of the freeze (a name filter that matched too much: add `and not name.startswith(\"{prefix}\")`) so the optimizer gets it; with PEFT, list it in `modules_to_save`.",
+            first = modules.first().map_or_else(|| "it".to_owned(), |m| format!("`{}`", module_name(m))),
+            prefix = modules.first().map_or_else(|| "head".to_owned(), |m| module_name(m)),
+        ))
+        .params(names)
 }
 
 /// The trainable parameters in a few words: their modules' names with layer indices folded
@@ -276,6 +465,84 @@ mod tests {
     fn frozen_but_optimized_is_a_warning() {
         let f = with_backbone(true).run(&CHECK);
         assert_eq!(f[0].severity, Severity::Warning);
+    }
+
+    /// `fc` trains (loaded from a checkpoint); `head` above it was frozen at line 12 of the
+    /// script. `head_loaded`: the checkpoint had the head too.
+    fn frozen_head(head_loaded: bool) -> Scenario {
+        use gradsleuth_model::capture::{GraphNode, GraphRec};
+        let mut s = healthy(2);
+        s.module(3, "Linear", "head", Some(1), ModuleKind::Registered, 2);
+        for k in [20, 21] {
+            let name = if k == 20 { "head.weight" } else { "head.bias" };
+            let t = s.param(k, name, 3);
+            t.requires_grad = false;
+            t.frozen_at = Some(gradsleuth_model::Location::new("train.py", 12));
+        }
+        s.capture.loaded = if head_loaded {
+            vec![10, 11, 20, 21]
+        } else {
+            vec![10, 11]
+        };
+        let node = |name: &str, module: u64, param: Option<u64>| GraphNode {
+            name: name.into(),
+            module: Some(module),
+            param,
+        };
+        s.capture.graph = Some(GraphRec {
+            nodes: vec![
+                node("AddmmBackward0", 3, None),
+                node("AddmmBackward0", 2, None),
+                node("AccumulateGrad", 2, Some(10)),
+                node("AccumulateGrad", 2, Some(11)),
+            ],
+            edges: vec![(0, 1), (1, 2), (1, 3)],
+            truncated: false,
+        });
+        s
+    }
+
+    #[test]
+    fn a_fresh_layer_frozen_over_trained_ones_is_a_warning_at_the_freeze() {
+        let f = frozen_head(false).run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Warning);
+        let m = &f[0].message;
+        assert!(m.contains("`head` (2 parameters) are frozen"), "{m}");
+        assert!(m.contains("not loaded") && m.contains("(`fc`)"), "{m}");
+        assert_eq!(f[0].location.as_ref().map(|l| l.line), Some(12));
+        assert_eq!(f[0].params, ["head.weight", "head.bias"]);
+    }
+
+    #[test]
+    fn freezing_is_deliberate_unless_every_condition_holds() {
+        let info = |s: Scenario| {
+            let f = s.run(&CHECK);
+            assert_eq!(f.len(), 1, "{f:#?}");
+            assert_eq!(f[0].severity, Severity::Info, "{}", f[0].message);
+        };
+        // Loaded with the rest (a pretrained head frozen on purpose).
+        info(frozen_head(true));
+        // Nothing loaded: a model trained from scratch with a fixed random layer.
+        let mut s = frozen_head(false);
+        s.capture.loaded.clear();
+        info(s);
+        // Frozen by its own constructor (a fixed table), or never by a call seen.
+        let mut s = frozen_head(false);
+        s.capture.built_frozen = vec![20, 21];
+        info(s);
+        let mut s = frozen_head(false);
+        for t in &mut s.capture.tensors {
+            t.frozen_at = None;
+        }
+        info(s);
+        // No gradient passes through it to a trained layer.
+        let mut s = frozen_head(false);
+        s.capture.graph.as_mut().unwrap().edges.retain(|e| e.0 != 0);
+        info(s);
+        let mut s = frozen_head(false);
+        s.capture.graph = None;
+        info(s);
     }
 
     #[test]

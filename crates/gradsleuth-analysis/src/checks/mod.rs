@@ -175,6 +175,11 @@ pub fn plural(n: usize, word: &str) -> String {
     }
 }
 
+/// Code of an installed package, not the user's.
+pub fn is_library(file: &str) -> bool {
+    file.contains("/site-packages/") || file.contains("/dist-packages/")
+}
+
 /// The module's display name: its qualified name, or its class for a root.
 pub fn module_name(m: &ModuleRec) -> String {
     if m.name.is_empty() {

@@ -372,17 +372,12 @@ fn backward_failed(ctx: &Context) -> bool {
     !ctx.capture.backwards.is_empty() && ctx.capture.backwards.iter().all(|b| b.error.is_some())
 }
 
-/// Code of an installed package, not the user's.
-fn is_library(file: &str) -> bool {
-    file.contains("/site-packages/") || file.contains("/dist-packages/")
-}
-
 /// A module whose code is an installed package's.
 fn library_module(m: &ModuleRec) -> bool {
     m.forward_def
         .as_ref()
         .or(m.class_def.as_ref())
-        .is_some_and(|l| is_library(&l.file))
+        .is_some_and(|l| super::is_library(&l.file))
 }
 
 /// A module that ran and whose output no op used, seen by the op-level step: its own

@@ -20,6 +20,8 @@ $(VPY):
 
 $(STAMP_DEPS): requirements-dev.txt | $(VPY)
 	$(VPY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	DS_BUILD_OPS=0 $(VPY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+		$$(sed -n 's/^# no-build-isolation: //p' requirements-dev.txt)
 	touch $@
 
 # Release build of the extension, installed into .venv (editable: python/ is used in place).

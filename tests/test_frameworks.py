@@ -183,6 +183,30 @@ def test_a_job_started_by_fabric_run_is_observed_in_both_ranks_under_the_users_n
     assert names == {"encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"}, names
 
 
+@pytest.mark.parametrize(
+    ("script", "ranks"), [("deepspeed_zero_detach.py", 2), ("deepspeed_zero_control.py", 1)], ids=["detach", "control"]
+)
+def test_deepspeed_zero_started_by_its_launcher(tmp_path, script, ranks):
+    """`gradsleuth run -- deepspeed ...`: ZeRO stage 2's optimizer updates flat partitions of
+    the parameters (held by the inner torch optimizer) and copies them back after its own step;
+    `.grad` is None by design. The optimizer is reported as holding the model's parameters,
+    updates are measured after the copy-back, names carry no `module.` of the engine. A correct
+    run is quiet and every parameter learns; a detach is found on every rank."""
+    proc, report = _launched(tmp_path, "deepspeed", "--num_gpus", str(ranks), script, cwd=HERE)
+    assert report is not None, proc.stderr[-3000:]
+    names = {p["name"] for p in report["parameters"]}
+    assert names == {"encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"}, names
+    loud = _loud(report)
+    if script.endswith("control.py"):
+        assert not loud, loud
+        assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
+        return
+    [f] = loud
+    assert f["category"] == "detach" and sorted(f["params"]) == ["encoder.0.bias", "encoder.0.weight"]
+    assert (f["location"]["file"], f["location"]["line"]) == (script, 16)
+    assert f["ranks"] == [0, 1], f
+
+
 @pytest.mark.parametrize("launcher", [["python"], ["accelerate", "launch", "--cpu", "--num_processes", "1"]])
 def test_a_job_that_runs_a_module_is_observed_in_the_interpreter_running_it(tmp_path, launcher):
     """`gradsleuth run -- python -m NAME` / `-- accelerate launch -m NAME`: the interpreter started

@@ -197,6 +197,10 @@ class Tracer:
         self._opt_steps: dict[int, int] = {}
         self._steps_seen: dict[int, int] = {}
         self._weights_after: dict[int, dict[int, float]] = {}
+        # Optimizers that update flat copies of the model's parameters (DeepSpeed's ZeRO):
+        # their key -> the model parameters the copies stand for.
+        self._copies: dict[int, list] = {}
+        self._copy_stepped: set[int] = set()
         self._backward_depth = 0
         self._backwards = 0
         self._scaler_depth = 0
@@ -682,6 +686,7 @@ class Tracer:
         self._root_names[key] = name
         self._inference_keys = []
         self._scan(module, key, prefix="", hook=True)
+        self._find_copies(module)
         if self._inference_keys:
             # Parameters made under `inference_mode` can never be trained: no backward can
             # record through them ("Inference tensors cannot be saved for backward").
@@ -692,6 +697,37 @@ class Tracer:
                 params=self._inference_keys,
                 step=self._step_number(),
             )
+
+    def _find_copies(self, root):
+        """An engine holding an optimizer that updates flat copies of its model's parameters
+        (DeepSpeed's ZeRO and mixed-precision optimizers, held as `engine.optimizer`): the
+        inner torch optimizer's parameters are partitions of a flat buffer, copied back to the
+        model after the wrapper's `step()`. The inner optimizer is reported as holding the
+        model's parameters, and its step is measured around the wrapper's."""
+        wrapper = vars(root).get("optimizer")
+        inner = getattr(wrapper, "optimizer", None)
+        if wrapper is None or not isinstance(inner, torch.optim.Optimizer) or wrapper is inner:
+            return
+        groups = next((g for g in map(lambda a: getattr(wrapper, a, None), _COPY_GROUPS) if g), None)
+        if not groups:
+            return
+        okey = self.key(inner)
+        if okey in self._copies:
+            return
+        self._copies[okey] = [p for g in groups for p in g]
+        self._optimizers.setdefault(okey, weakref.ref(inner))
+        original = wrapper.step
+        tracer = self
+
+        def step(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if tracer.active and okey in tracer._copy_stepped:
+                tracer._copy_stepped.discard(okey)  # the inner step ran (not skipped on overflow)
+                tracer._step_done(inner)
+            return out
+
+        wrapper.step = step
+        self._unpatch.append(lambda: vars(wrapper).pop("step", None))
 
     def _rebuilt(self) -> set[int]:
         """Keys of orphan modules seen as several objects (rebuilt on every call)."""
@@ -914,27 +950,30 @@ class Tracer:
         for group in opt.param_groups:
             lr = group.get("lr", 0.0)
             lrs.append(float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item()))
-            for p in group["params"]:
-                pkey = self.key(p)
-                if not self.rec.has_tensor(pkey):
-                    self.rec.tensor(
-                        key=pkey,
-                        name="<optimizer tensor>",
-                        kind=TensorKind.FOREIGN,
-                        module=None,
-                        attr="",
-                        shape=list(p.shape),
-                        dtype=_dtype(p),
-                        requires_grad=p.requires_grad,
-                        is_leaf=p.is_leaf,
-                        is_parameter=isinstance(p, nn.Parameter),
-                    )
-                params.append(pkey)
-                self._opt_keys_held.add(pkey)
+        for p in self._opt_params(opt):
+            pkey = self.key(p)
+            if not self.rec.has_tensor(pkey):
+                self.rec.tensor(
+                    key=pkey,
+                    name="<optimizer tensor>",
+                    kind=TensorKind.FOREIGN,
+                    module=None,
+                    attr="",
+                    shape=list(p.shape),
+                    dtype=_dtype(p),
+                    requires_grad=p.requires_grad,
+                    is_leaf=p.is_leaf,
+                    is_parameter=isinstance(p, nn.Parameter),
+                )
+            params.append(pkey)
+            self._opt_keys_held.add(pkey)
         self.rec.optimizer(okey, type(opt).__name__, self._opt_sites.get(okey, (None, None, None)), params, lrs)
         return params
 
     def _opt_params(self, opt):
+        copied = self._copies.get(self.key(opt))
+        if copied is not None:
+            return copied
         return [p for g in opt.param_groups for p in g["params"]]
 
     def _step_pre(self, opt, args, kwargs):
@@ -957,22 +996,27 @@ class Tracer:
             else:
                 before = self._weights_after[okey]
             self.rec.step_pre(okey, list(before.items()))
+            if okey in self._copies:
+                self._copy_stepped.add(okey)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step pre-hook: {type(e).__name__}: {e}")
         return None
 
     def _step_post(self, opt, args, kwargs):
+        if not self.active or self.key(opt) in self._copies:
+            return  # an optimizer of copies: measured after its wrapper's step (_find_copies)
+        self._step_done(opt)
+
+    def _step_done(self, opt):
         """Gradient and weight norms in one fused reduction. `step()` leaves `.grad` as it
         was, so these are the gradients the step used (unscaled, under GradScaler)."""
-        if not self.active:
-            return
         op_level = self._oplog is not None
         try:
             okey = self.key(opt)
             params = self._opt_params(opt)
             keys = [self.key(p) for p in params]
             grads = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
-            if not self._deep and len(grads) < len(keys) and not self._rearmed:
+            if not self._deep and len(grads) < len(keys) and not self._rearmed and okey not in self._copies:
                 # A parameter reached in an earlier step has no gradient now: trace the next
                 # step at op level to find where its path to the loss was cut.
                 missing = {k for k, p in zip(keys, params) if p.grad is None and p.requires_grad}
@@ -1321,7 +1365,12 @@ def _leaf_behind(t):
 # Wrappers around the user's model and the attribute that holds it: DDP / DataParallel's
 # `module`, `torch.compile`'s `_orig_mod`, FSDP1's `_fsdp_wrapped_module`, PEFT's
 # `base_model.model`. Names are the user's model's own, the wrappers' prefix taken off once.
+# Attributes holding the model's parameters, by group, on DeepSpeed's optimizers that update
+# flat copies of them (ZeRO stages 1-2, stage 3, bf16).
+_COPY_GROUPS = ("bit16_groups", "fp16_groups", "bf16_groups")
+
 _WRAPPERS = {
+    "DeepSpeedEngine": "module",
     "DistributedDataParallel": "module",
     "DataParallel": "module",
     "OptimizedModule": "_orig_mod",

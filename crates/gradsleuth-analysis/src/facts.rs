@@ -350,8 +350,14 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
         };
     }
     if f.reached() && !seen && any_step {
-        // A backward accumulated into it, but no step saw a gradient: cleared or skipped.
-        return ParamStatus::NotUpdated;
+        // A backward accumulated into it, but no step saw a gradient: cleared or skipped,
+        // unless the steps changed it anyway (DeepSpeed's ZeRO moves each gradient into its
+        // flat partition during backward and updates that: `.grad` is None by design).
+        return if f.changed {
+            ParamStatus::Learning
+        } else {
+            ParamStatus::NotUpdated
+        };
     }
     if seen || f.reached() {
         return ParamStatus::GradZero;

@@ -303,6 +303,21 @@ def test_the_lightning_callback_reports_into_the_root_folder(tmp_path):
     assert report["steps_observed"] == 3
 
 
+def test_the_lightning_callback_with_watch_reports_a_nan_long_after_the_observed_steps(tmp_path):
+    """`LightningCallback(steps=3, watch=True)`: the first three steps are diagnosed, the whole
+    run watched, and the report written when training ends. Lightning runs each step's forward
+    and backward inside the closure it passes to `optimizer.step`: the NaN of step 11 is told at
+    step 11 and traced to the division in `training_step`."""
+    proc = _plain(tmp_path, "lightning_callback_watch_nan.py")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = report_of((tmp_path / "lightning_out" / "gradsleuth-report.json").read_text())
+    assert report["command"] == "watch" and report["steps_observed"] == 16
+    [f] = _loud(report)
+    assert (f["code"], f["steps"]) == ("GS140", [11]), f
+    assert "`Tensor.div`" in f["message"], f["message"]
+    assert f["location"]["line"] == 20 and "/ tau" in f["location"]["snippet"]
+
+
 def test_watch_locates_a_nan_born_inside_an_installed_library_where_it_happens(tmp_path):
     # The NaN's origin is found by replaying the step from gradsleuth's code: there is no user
     # line around the op then, and the library's line is where it happens.
@@ -361,7 +376,7 @@ def test_a_fresh_head_frozen_while_the_layers_below_train_is_a_warning_at_the_fr
     cases = [
         ("resnet_finetune_frozen_head.py", 20, ["fc.bias", "fc.weight"]),
         ("bert_classifier_frozen_by_filter.py", 19, ["classifier.bias", "classifier.weight"]),
-        ("peft_classifier_not_saved.py", 16, ["classifier.bias", "classifier.weight"]),
+        ("peft_classifier_not_saved.py", 17, ["classifier.bias", "classifier.weight"]),
     ]
     for script, line, params in cases:
         report = _run(tmp_path, HERE / script)

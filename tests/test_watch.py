@@ -59,6 +59,18 @@ def test_a_nan_born_in_the_loss_function_is_traced_to_its_line(tmp_path, loss):
     assert "in the loss computation outside the model" in f["message"]
 
 
+def test_a_step_whose_forward_runs_in_a_closure_is_read_after_the_closure(tmp_path):
+    # `opt.step(closure)`: the optimizer's pre-step hook runs before the closure's forward and
+    # backward; the gradients are read when the closure returns, so the NaN is told at its own
+    # step (12, not 13) and traced to the division in the closure, before the update used it.
+    _, report = _watch("closure_temperature_nan.py", tmp_path)
+    f = _only(report, "GS140")
+    assert f["steps"] == [12], f
+    assert "`Tensor.div`" in f["message"] and "in the loss computation outside the model" in f["message"]
+    assert f["location"]["line"] == 18 and "/ tau" in f["location"]["snippet"]
+    assert report["steps_observed"] == 15
+
+
 def test_a_forward_nan_names_the_op_and_its_inputs(tmp_path):
     _, report = _watch("cosine_forward_nan.py", tmp_path)
     f = _only(report, "GS140")

@@ -331,9 +331,12 @@ class _LossProbe(TorchFunctionMode):
     backward starts it only forwards (`passive`), until the next forward or optimizer step
     takes it off the mode stack, outside any op."""
 
-    def __init__(self, ops: list):
+    def __init__(self, ops: list, forward: list):
         super().__init__()
         self.ops = ops  # (op, site, node, short, exponent, count), shared by a step's probes
+        # (op, site, count of non-finite values it output): a division by a temperature
+        # annealed to zero, an `exp` that overflows, made in the forward of the loss
+        self.forward = forward
         self.passive = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -345,6 +348,14 @@ class _LossProbe(TorchFunctionMode):
             self.passive = True
             return func(*args, **kwargs)
         out = func(*args, **kwargs)
+        if len(self.forward) < 256:
+            try:
+                made = [t for t in _flat_tensors(out) if t.grad_fn is not None and t.is_floating_point()]
+                if made:
+                    bad = sum(torch.count_nonzero(~torch.isfinite(t.detach())) for t in made)
+                    self.forward.append((_op_name(func), op_site_of(sys._getframe(1)), bad))
+            except Exception:  # noqa: BLE001 - never break the user's loss
+                pass
         if name in _SINGULAR and len(self.ops) < 256:
             try:
                 outs = [t for t in _flat_tensors(out) if t.grad_fn is not None]
@@ -364,6 +375,16 @@ def _loss_origin(ops):
         n = int(count)
         if n:
             return op, site, node, singular_reason(short, exponent, n), []
+    return None
+
+
+def _loss_forward_origin(ops):
+    """(op, site) of the first op of a step's loss computation whose output was non-finite
+    (the model's output was finite: a re-run of the model found nothing), or None. Read only
+    now, after a NaN."""
+    for op, site, count in ops:
+        if int(count):
+            return op, site
     return None
 
 
@@ -442,6 +463,7 @@ class Watch:
         self.tracer = None  # the run's tracer, paused during a re-run
         self._probe = None  # the loss probe on the mode stack (see `_LossProbe`)
         self._loss_ops: list = []  # what this step's probes saw, kept for a NaN born there
+        self._loss_fwd: list = []  # (op, site, non-finite output count) of this step's loss ops
         self._new_step = True  # the next probe starts a new step's list
 
     # ---- set-up ----------------------------------------------------------------------
@@ -596,18 +618,41 @@ class Watch:
         if self.closed or self._replaying or not self._watched(opt):
             return None
         self._stop_probe()
+        self._new_step = True
+        # A closure (Lightning's automatic optimization, LBFGS) runs this step's forward and
+        # backward inside `step()`, after this hook: the step is read when it returns (the
+        # weights are still those before the update; the model has been seen by then).
+        # (torch hands the hook `step`'s own arguments, the optimizer first)
+        at = next((i for i, a in enumerate(args) if callable(a) and a is not opt), None)
+        closure = kwargs.get("closure") if kwargs else None
+        if closure is None and at is not None:
+            closure = args[at]
+        if closure is None:
+            self._begin_step(opt)
+            return None
+        pending = [True]
+
+        def closure_then_read(*a, **k):
+            out = closure(*a, **k)
+            if pending:  # the first call computes the step's gradients (LBFGS calls it again)
+                pending.clear()
+                self._stop_probe()
+                self._begin_step(opt)
+            return out
+
+        if kwargs and kwargs.get("closure") is closure:
+            return args, {**kwargs, "closure": closure_then_read}
+        return (*args[:at], closure_then_read, *args[at + 1 :]), kwargs
+
+    def _begin_step(self, opt):
+        """A step's gradients are ready and its update not yet applied: its norms go on their
+        way to the host, the weights are copied for a sampled update ratio."""
         try:
             self._reads.ready()  # what the device has finished since, in step order
             w, params, names = self._watcher_for(opt)
             self._stepped.add(id(opt))
-            idx, grads = [], []
-            for i, p in enumerate(params):
-                if p.grad is not None:
-                    idx.append(i)
-                    grads.append(_local(p.grad))
             n = self._counts[id(opt)] = self._counts.get(id(opt), 0) + 1
-            values = _stacked(torch._foreach_norm(grads)) if grads else None
-            self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
+            self._read_grads(opt, w, params, names)
             if n % w.update_every == 0:
                 self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
             if self._late_nan is not None:
@@ -615,8 +660,16 @@ class Watch:
             self._show_status(w)
         except Exception as e:  # noqa: BLE001 - never break the user's step
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
-        self._new_step = True
-        return None
+
+    def _read_grads(self, opt, w, params, names):
+        """This step's gradient norms, on their way to the host."""
+        idx, grads = [], []
+        for i, p in enumerate(params):
+            if p.grad is not None:
+                idx.append(i)
+                grads.append(_local(p.grad))
+        values = _stacked(torch._foreach_norm(grads)) if grads else None
+        self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
 
     def _grads_read(self, opt, w, params, names, idx, host, late):
         """One step's gradient norms, now in host memory (`late`: a later step has started)."""
@@ -786,8 +839,8 @@ class Watch:
         try:
             if self._probe is None and torch._C._len_torch_function_stack() == 0:
                 if self._new_step:
-                    self._loss_ops, self._new_step = [], False
-                probe = _LossProbe(self._loss_ops)
+                    self._loss_ops, self._loss_fwd, self._new_step = [], [], False
+                probe = _LossProbe(self._loss_ops, self._loss_fwd)
                 probe.__enter__()
                 self._probe = probe
         except Exception:  # noqa: BLE001 - without it a loss-born NaN is told, not located
@@ -822,8 +875,12 @@ class Watch:
                 # Nothing in the re-run model made it (the step ran the model several times,
                 # or not at all): a singular op of the step's loss computation, if it met its
                 # condition, did.
-                hit = _loss_origin(self._loss_ops)
-                if hit is not None:
+                made = _loss_forward_origin(self._loss_fwd)
+                hit = _loss_origin(self._loss_ops) if made is None else None
+                if made is not None:
+                    trace["from_loss"] = True
+                    _forward_origin(trace, *made, [])
+                elif hit is not None:
                     trace["from_loss"] = True
                     _singular_origin(trace, *hit)
         except Exception as e:  # noqa: BLE001 - a failed re-run must not break training

@@ -7,7 +7,8 @@
     L.Trainer(max_epochs=1, callbacks=[LightningCallback(steps=3)]).fit(module, loader)
 
 The tracer starts when training starts, over the framework's model and optimizers, and stops
-by itself after `steps` optimizer steps; then the report is printed and written to the run's
+by itself after `steps` optimizer steps; then (with `watch=True`: when training ends, with
+gradient health over all of it) the report is printed and written to the run's
 output folder as `gradsleuth-report.json` and `gradsleuth-report.html` (`callback.report` holds
 it). In a distributed job every rank observes and the first rank reports. For an accelerate
 loop, or any hand-written loop, `with gradsleuth.trace(steps=3) as t:` around it does the same.
@@ -26,32 +27,51 @@ class _Session:
     """One observation: the tracer over a framework's model and optimizers, and the report
     when it ends."""
 
-    def __init__(self, steps: int):
+    def __init__(self, steps: int, watch: bool = False, log_dir: str | None = None):
         self.steps = steps
         self.report: _core.Report | None = None
         self._rec: Any = None
         self._tracer: Any = None
+        self._watch_asked = watch
+        self._log_dir = log_dir
+        self._watch: Any = None
 
     def start(self, model, optimizers) -> None:
         from gradsleuth._tracer import Tracer
 
         if self._tracer is not None or model is None:
             return
+        # accelerate's (and so the HF Trainer's) optimizer wraps torch's.
+        inner = [getattr(o, "optimizer", o) for o in optimizers]
         self._rec = _core.Recorder("diagnose", self.steps)
-        self._tracer = Tracer(self._rec, self.steps).start()
+        tracer = Tracer(self._rec, self.steps)
+        if self._watch_asked:
+            # As `gradsleuth run --watch`: watch starts first (the tracer removes its optimizer
+            # hooks from inside one when its observation ends, safe only for the last hook).
+            from gradsleuth._watch import Watch
+
+            self._watch = Watch([model], inner, log_dir=self._log_dir, status=False)
+            self._watch.tracer = tracer
+            # Layers a framework calls one by one (a LightningModule's training_step) are the
+            # roots a step can be re-run from, as under `run --watch`.
+            tracer.on_root = self._watch.root_seen
+            self._watch.start()
+        self._tracer = tracer.start()
         self._tracer.add_root(model, name="model")
-        for o in optimizers:
-            # accelerate's (and so the HF Trainer's) optimizer wraps torch's.
-            inner = getattr(o, "optimizer", o)
-            self._tracer.add_optimizer(inner, None)
+        for o in inner:
+            self._tracer.add_optimizer(o, None)
 
     def poll(self, out_dir: str | None, main: bool) -> None:
-        if self._tracer is not None and self.report is None and self._tracer.done:
+        # Watching, the report waits for the end of training (watch covers all of it).
+        if self._tracer is not None and self.report is None and self._tracer.done and self._watch is None:
             self._emit(out_dir, main)
 
     def end(self, out_dir: str | None, main: bool) -> None:
         if self._tracer is not None and self.report is None:
             self._tracer.finish()
+            if self._watch is not None:
+                self._watch.close()
+                self._watch.attach(self._rec)
             self._emit(out_dir, main)
 
     def _emit(self, out_dir: str | None, main: bool) -> None:
@@ -70,13 +90,16 @@ class _Session:
                 print(f"gradsleuth: cannot write the report to {out_dir}: {e}", file=sys.stderr)
 
 
-def HuggingFaceCallback(steps: int = 3):
-    """A `transformers.TrainerCallback` that diagnoses the first `steps` optimizer steps."""
+def HuggingFaceCallback(steps: int = 3, watch: bool = False, log_dir: str | None = None):
+    """A `transformers.TrainerCallback` that diagnoses the first `steps` optimizer steps; with
+    `watch=True` it also watches gradient health over the whole of training (as `gradsleuth
+    run --watch`: anomalies, the first NaN traced to its op and line; `log_dir` writes
+    TensorBoard events) and reports when training ends."""
     from transformers import TrainerCallback
 
     class GradsleuthCallback(TrainerCallback):
         def __init__(self):
-            self.session = _Session(steps)
+            self.session = _Session(steps, watch, log_dir)
 
         @property
         def report(self) -> _core.Report | None:
@@ -94,9 +117,9 @@ def HuggingFaceCallback(steps: int = 3):
     return GradsleuthCallback()
 
 
-def LightningCallback(steps: int = 3):
+def LightningCallback(steps: int = 3, watch: bool = False, log_dir: str | None = None):
     """A Lightning `Callback` (for `lightning` or `pytorch_lightning`) that diagnoses the
-    first `steps` optimizer steps of `fit`."""
+    first `steps` optimizer steps of `fit`; `watch=True` as for `HuggingFaceCallback`."""
     try:
         import lightning.pytorch as pl
     except ImportError:
@@ -104,7 +127,7 @@ def LightningCallback(steps: int = 3):
 
     class GradsleuthCallback(pl.Callback):
         def __init__(self):
-            self.session = _Session(steps)
+            self.session = _Session(steps, watch, log_dir)
 
         @property
         def report(self) -> _core.Report | None:

@@ -2,6 +2,7 @@
 `modules_to_save`: PEFT freezes everything but the adapters, the newly initialised classifier
 included, and it stays random while the adapters below it train."""
 import tempfile
+
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import BertConfig, BertForSequenceClassification, BertModel

@@ -1,6 +1,7 @@
 """Control: the same with `task_type="SEQ_CLS"`, which makes PEFT train a copy of the
 classifier (`modules_to_save`); the original stays frozen and never runs."""
 import tempfile
+
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import BertConfig, BertForSequenceClassification, BertModel

@@ -257,6 +257,29 @@ def test_framework_controls_are_quiet(tmp_path, script):
     assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "lightning_ddp_bf16_control.py"],
+        ["torchrun", "--nproc-per-node", "2", "accelerate_accumulate_control.py"],
+    ],
+    ids=["lightning-ddp-bf16", "accelerate-two-processes"],
+)
+def test_two_rank_framework_controls_are_quiet_on_both_ranks(tmp_path, command):
+    """Lightning's Trainer (`strategy="ddp"`, two CPU devices, `bf16-mixed`, accumulation)
+    re-executes the script for rank 1; accelerate under torchrun trains MULTI_CPU with
+    `accelerator.accumulate`. Both ranks are traced, every step counted once, nothing said."""
+    for script in command[1:]:
+        if script.endswith(".py"):
+            (tmp_path / script).write_text((HERE / script).read_text())
+    proc, report = _launched(tmp_path, *command, cwd=tmp_path)
+    assert report is not None, proc.stderr[-3000:]
+    assert not _loud(report), report["findings"]
+    [per_rank] = [f for f in report["findings"] if f["code"] == "GS132"]
+    assert "ranks 0-1: 3" in per_rank["message"], per_rank
+    assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
+
+
 def test_hf_trainer_checkpointing_from_training_arguments(tmp_path):
     copy = tmp_path / "hf_trainer_peft_reentrant_checkpointing.py"
     copy.write_text((HERE / copy.name).read_text())

@@ -201,6 +201,7 @@ class Tracer:
         # their key -> the model parameters the copies stand for.
         self._copies: dict[int, list] = {}
         self._copy_stepped: set[int] = set()
+        self._registered_ids: set[int] = set()  # the parameters of the model being scanned
         self._backward_depth = 0
         self._backwards = 0
         self._scaler_depth = 0
@@ -768,6 +769,9 @@ class Tracer:
             for p in m._parameters.values():
                 if p is not None and id(p) not in owner_of:
                     owner_of[id(p)] = mkey
+        # What the model registers: a list or view of these (FSDP1's flat parameter in its
+        # `params`, its original parameters as views of it) is the model's own, not hidden.
+        self._registered_ids = {id(p) for p in root.parameters()}
         for pname, p in root.named_parameters():
             if id(p) in skip_params:
                 continue
@@ -801,6 +805,8 @@ class Tracer:
                             continue  # an alias of a registered module
                         self._container_module(item, mkey, rkey, qual + label, label, hook)
                     elif isinstance(item, torch.Tensor) and item.requires_grad and item.is_leaf:
+                        if id(item) in self._registered_ids or getattr(item, "_is_flat_param", False):
+                            continue  # a list of the model's own parameters, or FSDP1's storage
                         self._tensor(item, self.key(item), qual + label, TensorKind.CONTAINER, mkey, label, hook)
 
     def _container_module(self, cm, owner, rkey, qual, label, hook):
@@ -827,8 +833,10 @@ class Tracer:
             return
         from gradsleuth._core import grad_fn_chain
 
-        chain = grad_fn_chain(t.grad_fn) if t.grad_fn is not None else []
         leaf = _leaf_behind(t)
+        if leaf is not None and (id(leaf) in self._registered_ids or getattr(leaf, "_is_flat_param", False)):
+            return  # a view of a registered parameter (FSDP1's original parameters)
+        chain = grad_fn_chain(t.grad_fn) if t.grad_fn is not None else []
         leaf_key = None
         if leaf is not None:
             leaf_key = self.key(leaf)
@@ -869,6 +877,10 @@ class Tracer:
         local = getattr(t, "_local_tensor", None)  # an FSDP2 DTensor's shard on this rank
         if local is not None:
             self.rec.tensor_shard(tkey, local.numel())
+        elif getattr(t, "_fsdp_flattened", False) and not getattr(t, "_is_flat_param", False):
+            # FSDP1 with `use_orig_params`: a view of this rank's shard of the flat parameter
+            # (no elements when its values live on other ranks)
+            self.rec.tensor_shard(tkey, t.numel())
         if hook and t.requires_grad and t.is_leaf and tkey not in self._hooked:
             self._hooked.add(tkey)
             rec = self.rec
@@ -1362,12 +1374,14 @@ def _leaf_behind(t):
     return None
 
 
-# Wrappers around the user's model and the attribute that holds it: DDP / DataParallel's
-# `module`, `torch.compile`'s `_orig_mod`, FSDP1's `_fsdp_wrapped_module`, PEFT's
-# `base_model.model`. Names are the user's model's own, the wrappers' prefix taken off once.
 # Attributes holding the model's parameters, by group, on DeepSpeed's optimizers that update
 # flat copies of them (ZeRO stages 1-2, stage 3, bf16).
 _COPY_GROUPS = ("bit16_groups", "fp16_groups", "bf16_groups")
+
+# Wrappers around the user's model and the attribute that holds it: DDP / DataParallel's
+# `module`, `torch.compile`'s `_orig_mod`, FSDP1's `_fsdp_wrapped_module`, PEFT's
+# `base_model.model`, DeepSpeed's engine, Lightning Fabric's `_FabricModule`. Names are the
+# user's model's own, the wrappers' prefix taken off once.
 
 _WRAPPERS = {
     "DeepSpeedEngine": "module",
@@ -1375,7 +1389,7 @@ _WRAPPERS = {
     "DataParallel": "module",
     "OptimizedModule": "_orig_mod",
     "FullyShardedDataParallel": "_fsdp_wrapped_module",
-    "_FabricModule": "_forward_module",  # Lightning Fabric's `setup`
+    "_FabricModule": "_forward_module",
 }
 
 

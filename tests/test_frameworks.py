@@ -184,15 +184,26 @@ def test_a_job_started_by_fabric_run_is_observed_in_both_ranks_under_the_users_n
 
 
 @pytest.mark.parametrize(
-    ("script", "ranks"), [("deepspeed_zero_detach.py", 2), ("deepspeed_zero_control.py", 1)], ids=["detach", "control"]
+    ("script", "ranks", "stage"),
+    [
+        ("deepspeed_zero_detach.py", 2, 2),
+        ("deepspeed_zero_detach.py", 1, 3),
+        ("deepspeed_zero_control.py", 1, 2),
+        ("deepspeed_zero_control.py", 1, 3),
+    ],
+    ids=["detach-zero2", "detach-zero3", "control-zero2", "control-zero3"],
 )
-def test_deepspeed_zero_started_by_its_launcher(tmp_path, script, ranks):
-    """`gradsleuth run -- deepspeed ...`: ZeRO stage 2's optimizer updates flat partitions of
-    the parameters (held by the inner torch optimizer) and copies them back after its own step;
+def test_deepspeed_zero_started_by_its_launcher(tmp_path, script, ranks, stage):
+    """`gradsleuth run -- deepspeed ...`: ZeRO's optimizer updates flat partitions of the
+    parameters (held by the inner torch optimizer) and copies them back after its own step;
     `.grad` is None by design. The optimizer is reported as holding the model's parameters,
-    updates are measured after the copy-back, names carry no `module.` of the engine. A correct
-    run is quiet and every parameter learns; a detach is found on every rank."""
-    proc, report = _launched(tmp_path, "deepspeed", "--num_gpus", str(ranks), script, cwd=HERE)
+    updates are measured after the copy-back, names carry no `module.` of the engine. ZeRO-3
+    runs each Linear and module boundary through custom autograd Functions whose forwards
+    detach and run without recording: none of that is a cut. A correct run is quiet and every
+    parameter learns; the user's detach is found, once, on every rank."""
+    proc, report = _launched(
+        tmp_path, "deepspeed", "--num_gpus", str(ranks), script, "--stage", str(stage), cwd=HERE
+    )
     assert report is not None, proc.stderr[-3000:]
     names = {p["name"] for p in report["parameters"]}
     assert names == {"encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"}, names
@@ -203,8 +214,8 @@ def test_deepspeed_zero_started_by_its_launcher(tmp_path, script, ranks):
         return
     [f] = loud
     assert f["category"] == "detach" and sorted(f["params"]) == ["encoder.0.bias", "encoder.0.weight"]
-    assert (f["location"]["file"], f["location"]["line"]) == (script, 16)
-    assert f["ranks"] == [0, 1], f
+    assert (f["location"]["file"], f["location"]["line"]) == (script, 18)
+    assert f["ranks"] == list(range(ranks)), f
 
 
 @pytest.mark.parametrize("launcher", [["python"], ["accelerate", "launch", "--cpu", "--num_processes", "1"]])

@@ -267,6 +267,9 @@ class Tracer:
         mode = getattr(getattr(torch.autograd, "grad_mode", None), "inference_mode", None)
         if mode is not None:
             self._patch(mode, "__enter__", self._wrap_inference_enter)
+        function = getattr(getattr(torch.autograd, "function", None), "Function", None)
+        if function is not None and "apply" in function.__dict__:
+            self._patch(function, "apply", self._wrap_function_apply)
         from torch.utils import checkpoint as checkpoint_mod
 
         reentrant = getattr(checkpoint_mod, "CheckpointFunction", None)
@@ -313,6 +316,25 @@ class Tracer:
             return original(ctx, *args, **kwargs)
 
         return __enter__
+
+    def _wrap_function_apply(self, original):
+        """A custom `autograd.Function` runs its forward with recording off and carries the
+        gradient across in its own backward: the op log is told, so that a `detach()` or a
+        no-grad op inside (an identity Function, DeepSpeed's ZeRO-3 linear) is not a cut."""
+        tracer = self
+        fn = original.__func__ if isinstance(original, classmethod) else original
+
+        def apply(cls, *args, **kwargs):
+            log = tracer._oplog
+            if log is None:
+                return fn(cls, *args, **kwargs)
+            log.function_entered()
+            try:
+                return fn(cls, *args, **kwargs)
+            finally:
+                log.function_exited()
+
+        return classmethod(apply)
 
     def _wrap_checkpoint_forward(self, original):
         """Reentrant checkpointing (`use_reentrant=True`, Hugging Face's default) runs the layer

@@ -1,5 +1,7 @@
-"""Control: DeepSpeed ZeRO stage 2 on CPU, correct: the optimizer holds flat partitions of
+"""Control: DeepSpeed ZeRO on CPU (stage 2, or `--stage N`), correct: the optimizer holds flat partitions of
 the parameters, `.grad` is None by design, the weights change after each `engine.step()`."""
+import sys
+
 import deepspeed
 import torch
 from torch import nn
@@ -20,7 +22,7 @@ model = Net()
 config = {
     "train_batch_size": 8,
     "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-    "zero_optimization": {"stage": 2},
+    "zero_optimization": {"stage": int(sys.argv[sys.argv.index("--stage") + 1]) if "--stage" in sys.argv else 2},
 }
 engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
 for _ in range(4):

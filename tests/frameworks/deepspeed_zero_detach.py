@@ -1,6 +1,8 @@
-"""DeepSpeed ZeRO stage 2 on CPU, started by the `deepspeed` launcher: the engine's optimizer
-updates flat partitions of the parameters, and `.grad` is None by design. The encoder's
-output is detached before the head."""
+"""DeepSpeed ZeRO on CPU (stage 2, or `--stage N`), started by the `deepspeed` launcher: the
+engine's optimizer updates flat partitions of the parameters, and `.grad` is None by design.
+The encoder's output is detached before the head."""
+import sys
+
 import deepspeed
 import torch
 from torch import nn
@@ -21,7 +23,7 @@ model = Net()
 config = {
     "train_batch_size": 8,
     "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-    "zero_optimization": {"stage": 2},
+    "zero_optimization": {"stage": int(sys.argv[sys.argv.index("--stage") + 1]) if "--stage" in sys.argv else 2},
 }
 engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
 for _ in range(4):

@@ -396,6 +396,16 @@ impl OpLog {
         self.log.checkpoint_exited();
     }
 
+    /// A custom `autograd.Function`'s forward starts: nothing inside is a cut.
+    fn function_entered(&mut self) {
+        self.log.function_entered();
+    }
+
+    /// That forward returned.
+    fn function_exited(&mut self) {
+        self.log.function_exited();
+    }
+
     /// The grad mode when capture starts (a step that begins inside `no_grad`).
     fn grad_disabled_at_start(&mut self, py: Python<'_>) {
         let (log, mut host) = self.split(py);

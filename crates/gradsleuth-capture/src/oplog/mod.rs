@@ -179,6 +179,10 @@ pub struct OpLog<K, N> {
     /// Reentrant checkpointed forwards running now whose inputs need no grad: where each was
     /// called (innermost last).
     checkpoint: Vec<Site>,
+    /// How many custom `autograd.Function` forwards run now. Their ops run with recording off
+    /// by design and their `backward` carries the gradient across (an identity Function whose
+    /// forward returns `x.detach()`, DeepSpeed's ZeRO-3 linear): nothing inside is a cut.
+    functions: u32,
     /// The module whose forward runs now.
     current_module: Option<u64>,
     /// Tensors needing grad that a module's forward made and no op has used yet: address ->
@@ -242,6 +246,7 @@ impl<K, N> OpLog<K, N> {
             loss_rewraps: Vec::new(),
             inference_block: None,
             checkpoint: Vec::new(),
+            functions: 0,
             current_module: None,
             made_by: Default::default(),
             read: Default::default(),
@@ -355,6 +360,16 @@ impl<K, N> OpLog<K, N> {
     /// The checkpointed forward [`OpLog::checkpoint_entered`] announced returned.
     pub fn checkpoint_exited(&mut self) {
         self.checkpoint.pop();
+    }
+
+    /// A custom `autograd.Function`'s forward starts (see `functions`).
+    pub fn function_entered(&mut self) {
+        self.functions += 1;
+    }
+
+    /// That forward returned (or raised).
+    pub fn function_exited(&mut self) {
+        self.functions = self.functions.saturating_sub(1);
     }
 
     /// The grad mode when capture starts: a step that begins inside `no_grad`.
@@ -616,7 +631,11 @@ impl<K, N> OpLog<K, N> {
             && outputs.iter().all(|o| {
                 !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
             });
+        // Inside a custom Function's forward its backward decides the gradient (a reentrant
+        // checkpoint over inputs that need none excepted: its output has no history).
+        let inside_function = self.functions > 0 && self.checkpoint.is_empty();
         if kind != Kind::Ignore
+            && !inside_function
             && !needs_grad.is_empty()
             && (value_exit || leaf_view || (!outputs.is_empty() && !out_needs_grad))
         {

@@ -2,8 +2,10 @@
 //! class body, a loop's, a branch's, a `with`'s, a `try`'s) is a list of statements; the
 //! reducer removes chunks of them, halving the chunk size as removals fail (ddmin), outermost
 //! suite first, and replaces compound statements by one of their bodies (an `if` by its taken
-//! branch, a `with`/`try` by its body, a loop by one pass of its body). A candidate must parse (Ruff's parser) before the
-//! oracle is asked; answers are cached by text. The time budget is checked before every
+//! branch, a `with`/`try` by its body, a loop by one pass of its body), then drops keyword
+//! arguments one at a time (`lr=`, `weight_decay=`, `batch_first=`: their defaults will do
+//! when the finding still holds). A candidate must parse (Ruff's parser) before the oracle is
+//! asked; answers are cached by text. The time budget is checked before every
 //! oracle call: the best program found so far is always the answer (and then tidied).
 
 use std::collections::HashMap;
@@ -230,6 +232,49 @@ impl<'s> Outline<'s> {
     }
 }
 
+/// Byte ranges that remove one keyword argument each (with its comma), last in the source
+/// first: `f(a, k=1)` -> `[a.end, k.end)`, `f(k=1, m=2)` -> `[k.start, m.start)`. `**kwargs` is
+/// kept.
+fn keyword_removals(source: &str) -> Vec<(usize, usize)> {
+    use ruff_python_ast::visitor::Visitor;
+    struct Calls(Vec<(usize, usize)>);
+    impl<'a> Visitor<'a> for Calls {
+        fn visit_expr(&mut self, expr: &'a ruff_python_ast::Expr) {
+            if let ruff_python_ast::Expr::Call(c) = expr {
+                let mut args: Vec<(usize, usize, bool)> = c
+                    .arguments
+                    .args
+                    .iter()
+                    .map(|a| (a.range().start().to_usize(), a.range().end().to_usize(), false))
+                    .chain(c.arguments.keywords.iter().map(|k| {
+                        let r = k.range();
+                        (r.start().to_usize(), r.end().to_usize(), k.arg.is_some())
+                    }))
+                    .collect();
+                args.sort_unstable();
+                for (i, &(start, end, named)) in args.iter().enumerate() {
+                    if !named {
+                        continue;
+                    }
+                    self.0.push(match (i.checked_sub(1), args.get(i + 1)) {
+                        (Some(p), _) => (args[p].1, end),
+                        (None, Some(next)) => (start, next.0),
+                        (None, None) => (start, end),
+                    });
+                }
+            }
+            ruff_python_ast::visitor::walk_expr(self, expr);
+        }
+    }
+    let Ok(parsed) = ruff_python_parser::parse_module(source) else {
+        return Vec::new();
+    };
+    let mut calls = Calls(Vec::new());
+    calls.visit_body(&parsed.syntax().body);
+    calls.0.sort_unstable_by(|a, b| b.cmp(a));
+    calls.0
+}
+
 /// Names a module's code reads anywhere (every `Name` expression).
 struct Reads(std::collections::HashSet<String>);
 
@@ -410,6 +455,28 @@ impl<F: FnMut(&str) -> bool> Search<F> {
         current
     }
 
+    /// Tries dropping each keyword argument, the last first (a removal keeps the offsets of
+    /// those before it; a nested call's keywords are tried before its own).
+    fn keywords(&mut self, mut current: String) -> String {
+        let mut i = 0;
+        loop {
+            let removals = keyword_removals(&current);
+            let Some(&(start, end)) = removals.get(i) else {
+                break;
+            };
+            let candidate = format!("{}{}", &current[..start], &current[end..]);
+            if self.holds(&candidate) {
+                current = candidate;
+            } else {
+                i += 1;
+            }
+            if self.timed_out {
+                break;
+            }
+        }
+        current
+    }
+
     /// Tries replacing each compound statement by one of its bodies.
     fn unwrap(&mut self, mut current: String) -> (String, bool) {
         let mut changed = false;
@@ -479,6 +546,9 @@ pub fn reduce(source: &str, oracle: impl FnMut(&str) -> bool, budget: Duration) 
         }
         if !s.timed_out {
             current = s.unwrap(current).0;
+        }
+        if !s.timed_out {
+            current = s.keywords(current);
         }
         if let Some(candidate) = without_unused_definitions(&current) {
             if s.holds(&candidate) {
@@ -556,6 +626,29 @@ for step in range(3):
             && s.contains("loss = model(")
             && s.contains("from torch import nn")
             && s.contains("import torch\n")
+    }
+
+    #[test]
+    fn keyword_arguments_go_one_at_a_time_with_their_commas() {
+        let source = "opt = SGD(params, lr=0.1, momentum=0.9)\nlayer = nn.LSTM(\n    8,\n    16,\n    batch_first=True,\n)\nh = f(y, k=g(x=1))\n";
+        let mut s = Search {
+            // The finding needs the momentum and `g`'s `x`.
+            oracle: |c: &str| c.contains("momentum=0.9") && c.contains("x=1"),
+            cache: HashMap::new(),
+            deadline: Instant::now() + Duration::from_secs(60),
+            checks: 0,
+            timed_out: false,
+        };
+        let out = s.keywords(source.to_owned());
+        assert_eq!(
+            out,
+            "opt = SGD(params, momentum=0.9)\nlayer = nn.LSTM(\n    8,\n    16,\n)\nh = f(y, k=g(x=1))\n"
+        );
+        assert!(parses(&out));
+        // `**kwargs` stays; a lone keyword leaves empty parentheses.
+        assert_eq!(keyword_removals("f(**kw)"), Vec::<(usize, usize)>::new());
+        let lone = keyword_removals("f(k=1)");
+        assert_eq!(lone, vec![(2, 5)]);
     }
 
     #[test]

@@ -180,3 +180,18 @@ def test_a_pretrained_model_is_rebuilt_from_its_config(tmp_path):
     _standalone(repro, tmp_path)
     [f] = [f for f in findings(repro, tmp_path) if f["code"] == "GS201"]
     assert "encoder.embeddings.word_embeddings.weight" in f["params"]
+
+
+def test_a_model_local_to_main_is_checked_and_keyword_arguments_go(tmp_path):
+    """The kit's check finds a model that lived in `main()` (a global hook kept the modules the
+    program called), and keyword arguments the finding does not need are dropped."""
+    script = ROOT / "tests" / "repro" / "main_local_detach.py"
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "90", "--", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "prints the symptom and asserts it" in proc.stdout, proc.stdout
+    text = (kit / "repro.py").read_text()
+    assert "def main():" in text and "weight_decay" not in text and "betas" not in text, text
+    plain = subprocess.run([sys.executable, str(kit / "repro.py")], cwd=tmp_path, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+    assert "no gradient reached: body.0.bias, body.0.weight" in plain.stdout, plain.stdout

@@ -445,6 +445,22 @@ fn prelude(i: usize, s: &Stmt) -> bool {
     }
 }
 
+/// Where code may go first in `source`: after its docstring and `__future__` imports (at the
+/// start of the line of the first other statement).
+pub fn prelude_end(source: &str) -> Option<usize> {
+    let parsed = ruff_python_parser::parse_module(source).ok()?;
+    Some(after_prelude(source, &parsed.syntax().body))
+}
+
+fn after_prelude(source: &str, body: &[Stmt]) -> usize {
+    body.iter()
+        .enumerate()
+        .find(|(i, s)| !prelude(*i, s))
+        .map_or(source.len(), |(_, s)| {
+            line_start(source, s.range().start().to_usize())
+        })
+}
+
 /// `source` with `import M` added after its prelude for each of `modules` it does not import at
 /// top level already.
 pub fn with_imports(source: &str, modules: &[String]) -> Option<String> {
@@ -459,13 +475,7 @@ pub fn with_imports(source: &str, modules: &[String]) -> Option<String> {
     if missing.is_empty() {
         return Some(source.to_owned());
     }
-    let at = body
-        .iter()
-        .enumerate()
-        .find(|(i, s)| !prelude(*i, s))
-        .map_or(source.len(), |(_, s)| {
-            line_start(source, s.range().start().to_usize())
-        });
+    let at = after_prelude(source, body);
     let lines: String = missing.iter().map(|m| format!("import {m}\n")).collect();
     let mut out = source.to_owned();
     if at == source.len() && !source.ends_with('\n') && !source.is_empty() {

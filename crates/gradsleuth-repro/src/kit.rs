@@ -25,26 +25,52 @@ pub struct Kit<'a> {
     pub asserts_symptom: bool,
 }
 
-/// Python that finds the named parameters among the program's modules and asserts that none
-/// of them received a gradient. Appended to the program; kept only if it holds when run.
-pub fn symptom_check(params: &[String]) -> String {
+/// Python that finds the named parameters among the program's models and asserts that none
+/// of them received a gradient: `before` goes after the program's docstring and `__future__`
+/// imports (a global forward pre-hook keeps every module the program calls, so a model local
+/// to `main()` is still there at the end), `after` at its end. Kept only if it holds when run.
+pub struct Symptom {
+    pub before: String,
+    pub after: String,
+}
+
+pub fn symptom_check(params: &[String]) -> Symptom {
     let names: Vec<String> = params.iter().map(|p| format!("{p:?}")).collect();
-    format!(
-        r#"
-# --- the symptom (gradsleuth repro) ---
+    Symptom {
+        before: r#"# --- gradsleuth repro: keep the models the program calls, for the check at the end ---
 import torch as _torch
+_called = {}
+
+
+def _keep(module, _args):
+    _called.setdefault(id(module), module)
+
+
+_torch.nn.modules.module.register_module_forward_pre_hook(_keep)
+"#
+        .to_owned(),
+        after: format!(
+            r#"
+# --- the symptom (gradsleuth repro) ---
+_mods = [v for v in list(globals().values()) if isinstance(v, _torch.nn.Module)] + list(_called.values())
+_inner = {{id(s) for m in _mods for s in m.modules() if s is not m}}
+_seen = {{}}
+for _m in _mods:
+    if id(_m) not in _inner:
+        for _n, _p in _m.named_parameters():
+            _seen.setdefault(_n, _p)
 _named = {{{names}}}
-_seen = {{n: p for v in list(globals().values()) if isinstance(v, _torch.nn.Module) for n, p in v.named_parameters()}}
 _stuck = sorted(n for n in _named if n in _seen and (_seen[n].grad is None or not bool(_seen[n].grad.any())))
 print("no gradient reached:", ", ".join(_stuck) or "(every named parameter got one)")
 assert _stuck, "the symptom is gone: every named parameter received a gradient"
 "#,
-        names = names.join(", ")
-    )
+            names = names.join(", ")
+        ),
+    }
 }
 
 impl Kit<'_> {
-    pub fn repro_py(&self, check: Option<&str>) -> String {
+    pub fn repro_py(&self, check: Option<&Symptom>) -> String {
         let mut s = format!(
             "# Minimal reproduction of gradsleuth {} ({}): {}\n# Reduced from {} ({} lines) to {} lines by `gradsleuth repro`.\n",
             self.target.code,
@@ -54,9 +80,15 @@ impl Kit<'_> {
             self.original_lines,
             self.program_lines
         );
-        s.push_str(self.program);
-        if let Some(c) = check {
-            s.push_str(c);
+        match check {
+            Some(c) => {
+                let at = crate::data::prelude_end(self.program).unwrap_or(0);
+                s.push_str(&self.program[..at]);
+                s.push_str(&c.before);
+                s.push_str(&self.program[at..]);
+                s.push_str(&c.after);
+            }
+            None => s.push_str(self.program),
         }
         s
     }
@@ -197,9 +229,42 @@ mod tests {
         }
         assert!(kit.test_py().contains("assert \"GS201\" not in codes"));
         let check = symptom_check(&["head.weight".to_owned()]);
-        assert!(check.contains("_named = {\"head.weight\"}"), "{check}");
+        assert!(
+            check.after.contains("_named = {\"head.weight\"}"),
+            "{}",
+            check.after
+        );
         assert!(kit
             .repro_py(Some(&check))
             .starts_with("# Minimal reproduction of gradsleuth GS201 (detach)"));
+    }
+
+    #[test]
+    fn the_symptom_hook_goes_after_the_docstring_and_future_imports() {
+        let target = Target {
+            code: "GS201".into(),
+            category: "detach".into(),
+            roles: vec![],
+            message: String::new(),
+        };
+        let program = "\"\"\"Doc.\"\"\"\nfrom __future__ import annotations\n\nimport torch\n\n\ndef main():\n    pass\n";
+        let kit = Kit {
+            target: &target,
+            finding: None,
+            program,
+            original: "train.py",
+            original_lines: 9,
+            program_lines: 5,
+            seconds: 1.0,
+            checks: 1,
+            environment: &[],
+            asserts_symptom: false,
+        };
+        let text = kit.repro_py(Some(&symptom_check(&["w".to_owned()])));
+        let future = text.find("from __future__").unwrap();
+        let hook = text.find("register_module_forward_pre_hook").unwrap();
+        let body = text.find("import torch\n\n\ndef main").unwrap();
+        assert!(future < hook && hook < body, "{text}");
+        assert!(text.trim_end().ends_with("received a gradient\""), "{text}");
     }
 }

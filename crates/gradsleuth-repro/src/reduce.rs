@@ -245,7 +245,13 @@ fn keyword_removals(source: &str) -> Vec<(usize, usize)> {
                     .arguments
                     .args
                     .iter()
-                    .map(|a| (a.range().start().to_usize(), a.range().end().to_usize(), false))
+                    .map(|a| {
+                        (
+                            a.range().start().to_usize(),
+                            a.range().end().to_usize(),
+                            false,
+                        )
+                    })
                     .chain(c.arguments.keywords.iter().map(|k| {
                         let r = k.range();
                         (r.start().to_usize(), r.end().to_usize(), k.arg.is_some())

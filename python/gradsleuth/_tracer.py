@@ -198,8 +198,8 @@ class Tracer:
         self._steps_seen: dict[int, int] = {}
         self._weights_after: dict[int, dict[int, float]] = {}
         # Optimizers that update flat copies of the model's parameters (DeepSpeed's ZeRO):
-        # their key -> the model parameters the copies stand for.
-        self._copies: dict[int, list] = {}
+        # their key -> (the wrapper, weakly; its attribute listing the model's parameters).
+        self._copies: dict[int, tuple] = {}
         self._copy_stepped: set[int] = set()
         self._registered_ids: set[int] = set()  # the parameters of the model being scanned
         self._backward_depth = 0
@@ -258,8 +258,8 @@ class Tracer:
         self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))
         self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
         self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
-        self._patch(nn.Module, "load_state_dict", self._wrap_load)
-        self._patch(nn.Module, "_load_from_state_dict", self._wrap_load)
+        self._patch(nn.Module, "load_state_dict", lambda o: self._wrap_load(o, whole=True))
+        self._patch(nn.Module, "_load_from_state_dict", lambda o: self._wrap_load(o, whole=False))
         self._watch_freezing()
         import multiprocessing.process
 
@@ -402,7 +402,7 @@ class Tracer:
         nn.Parameter.requires_grad_ = requires_grad_  # type: ignore[method-assign]
         self._unpatch.append(lambda: (delattr(nn.Parameter, "requires_grad"), delattr(nn.Parameter, "requires_grad_")))
 
-    def _wrap_load(self, original):
+    def _wrap_load(self, original, whole: bool):
         """Which parameters a checkpoint load writes: torch's `load_state_dict` and each
         module's `_load_from_state_dict` (which it, and transformers' older loader, call per
         module) take the entries named by the module's prefix. A model with loaded weights and
@@ -413,7 +413,7 @@ class Tracer:
             out = original(module, state_dict, *args, **kwargs)
             if tracer.active:
                 try:
-                    if original.__name__ == "load_state_dict":
+                    if whole:  # `load_state_dict`: names relative to the module
                         params = module.named_parameters()
                     else:
                         prefix = args[0] if args else kwargs.get("prefix", "")
@@ -731,13 +731,11 @@ class Tracer:
         inner = getattr(wrapper, "optimizer", None)
         if wrapper is None or not isinstance(inner, torch.optim.Optimizer) or wrapper is inner:
             return
-        groups = next((g for g in map(lambda a: getattr(wrapper, a, None), _COPY_GROUPS) if g), None)
-        if not groups:
-            return
+        attr = next((a for a in _COPY_GROUPS if getattr(wrapper, a, None)), None)
         okey = self.key(inner)
-        if okey in self._copies:
+        if attr is None or okey in self._copies:
             return
-        self._copies[okey] = [p for g in groups for p in g]
+        self._copies[okey] = (weakref.ref(wrapper), attr)
         self._optimizers.setdefault(okey, weakref.ref(inner))
         original = wrapper.step
         tracer = self
@@ -1005,9 +1003,10 @@ class Tracer:
         return params
 
     def _opt_params(self, opt):
-        copied = self._copies.get(self.key(opt))
-        if copied is not None:
-            return copied
+        copies = self._copies.get(self.key(opt))
+        wrapper = copies[0]() if copies is not None else None
+        if wrapper is not None:
+            return [p for g in getattr(wrapper, copies[1]) for p in g]
         return [p for g in opt.param_groups for p in g["params"]]
 
     def _step_pre(self, opt, args, kwargs):
@@ -1404,7 +1403,6 @@ _COPY_GROUPS = ("bit16_groups", "fp16_groups", "bf16_groups")
 # `module`, `torch.compile`'s `_orig_mod`, FSDP1's `_fsdp_wrapped_module`, PEFT's
 # `base_model.model`, DeepSpeed's engine, Lightning Fabric's `_FabricModule`. Names are the
 # user's model's own, the wrappers' prefix taken off once.
-
 _WRAPPERS = {
     "DeepSpeedEngine": "module",
     "DistributedDataParallel": "module",

@@ -179,11 +179,13 @@ fn fresh_over_trained(ctx: &Context, frozen: &[u64]) -> (Fresh, Vec<u64>) {
         let m = ctx.facts.rec(k)?.module?;
         capture.module(m).and_then(|m| m.root.or(Some(m.key)))
     };
-    let loaded_roots: HashSet<u64> = capture.loaded.iter().filter_map(|k| root_of(*k)).collect();
+    let loaded: HashSet<u64> = capture.loaded.iter().copied().collect();
+    let built_frozen: HashSet<u64> = capture.built_frozen.iter().copied().collect();
+    let loaded_roots: HashSet<u64> = loaded.iter().filter_map(|k| root_of(*k)).collect();
     let candidate = |k: u64| -> Option<u64> {
         let t = ctx.facts.rec(k)?;
-        let fresh = capture.loaded.binary_search(&k).is_err()
-            && capture.built_frozen.binary_search(&k).is_err()
+        let fresh = !loaded.contains(&k)
+            && !built_frozen.contains(&k)
             && t.frozen_at.is_some()
             && root_of(k).is_some_and(|r| loaded_roots.contains(&r));
         fresh.then_some(t.module?)

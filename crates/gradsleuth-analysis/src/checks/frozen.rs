@@ -318,7 +318,7 @@ fn fresh_finding(ctx: &Context, fresh: &Fresh) -> Finding {
         .at(freeze_site(ctx, &fresh.params).or(loc.clone()))
         .related(loc, "the freshly initialised module")
         .fix(format!(
-            "Leave {first} out of the freeze (a name filter that matched too much: add `and not name.startswith(\"{prefix}\")`) so the optimizer gets it; with PEFT, list it in `modules_to_save`.",
+            "Leave {first} out of the freeze (the name filter matched it too: keep it trainable where `name.startswith(\"{prefix}\")`) so the optimizer gets it; with PEFT, list it in `modules_to_save`.",
             first = modules.first().map_or_else(|| "it".to_owned(), |m| format!("`{}`", module_name(m))),
             prefix = modules.first().map_or_else(|| "head".to_owned(), |m| module_name(m)),
         ))

@@ -40,25 +40,15 @@ pub fn symptom_check(params: &[String]) -> Symptom {
         before: r#"# --- gradsleuth repro: keep the models the program calls, for the check at the end ---
 import torch as _torch
 _called = {}
-
-
-def _keep(module, _args):
-    _called.setdefault(id(module), module)
-
-
-_torch.nn.modules.module.register_module_forward_pre_hook(_keep)
+_torch.nn.modules.module.register_module_forward_pre_hook(lambda m, _a: _called.__setitem__(id(m), m))
 "#
         .to_owned(),
         after: format!(
             r#"
 # --- the symptom (gradsleuth repro) ---
-_mods = [v for v in list(globals().values()) if isinstance(v, _torch.nn.Module)] + list(_called.values())
+_mods = list(_called.values()) + [v for v in list(globals().values()) if isinstance(v, _torch.nn.Module)]
 _inner = {{id(s) for m in _mods for s in m.modules() if s is not m}}
-_seen = {{}}
-for _m in _mods:
-    if id(_m) not in _inner:
-        for _n, _p in _m.named_parameters():
-            _seen.setdefault(_n, _p)
+_seen = {{n: p for m in _mods if id(m) not in _inner for n, p in m.named_parameters()}}
 _named = {{{names}}}
 _stuck = sorted(n for n in _named if n in _seen and (_seen[n].grad is None or not bool(_seen[n].grad.any())))
 print("no gradient reached:", ", ".join(_stuck) or "(every named parameter got one)")

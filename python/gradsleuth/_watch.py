@@ -652,7 +652,13 @@ class Watch:
             w, params, names = self._watcher_for(opt)
             self._stepped.add(id(opt))
             n = self._counts[id(opt)] = self._counts.get(id(opt), 0) + 1
-            self._read_grads(opt, w, params, names)
+            idx, grads = [], []
+            for i, p in enumerate(params):
+                if p.grad is not None:
+                    idx.append(i)
+                    grads.append(_local(p.grad))
+            values = _stacked(torch._foreach_norm(grads)) if grads else None
+            self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
             if n % w.update_every == 0:
                 self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
             if self._late_nan is not None:
@@ -660,16 +666,6 @@ class Watch:
             self._show_status(w)
         except Exception as e:  # noqa: BLE001 - never break the user's step
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
-
-    def _read_grads(self, opt, w, params, names):
-        """This step's gradient norms, on their way to the host."""
-        idx, grads = [], []
-        for i, p in enumerate(params):
-            if p.grad is not None:
-                idx.append(i)
-                grads.append(_local(p.grad))
-        values = _stacked(torch._foreach_norm(grads)) if grads else None
-        self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
 
     def _grads_read(self, opt, w, params, names, idx, host, late):
         """One step's gradient norms, now in host memory (`late`: a later step has started)."""

@@ -207,12 +207,7 @@ fn fresh_over_trained(ctx: &Context, frozen: &[u64]) -> (Fresh, Vec<u64>) {
         }
         false
     };
-    let mut inputs: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
-    for &(from, to) in &graph.edges {
-        if let Some(v) = inputs.get_mut(from as usize) {
-            v.push(to);
-        }
-    }
+    let inputs = super::graph_inputs(graph);
     // Per module: the trainable parameters outside it that its nodes pass gradient to.
     let mut below_of: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut out = Fresh::default();

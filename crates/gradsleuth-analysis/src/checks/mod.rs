@@ -175,6 +175,17 @@ pub fn plural(n: usize, word: &str) -> String {
     }
 }
 
+/// Per node of the op-level graph, the nodes it passes gradient to (its inputs' nodes).
+pub fn graph_inputs(graph: &gradsleuth_model::capture::GraphRec) -> Vec<Vec<u32>> {
+    let mut inputs: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
+    for &(from, to) in &graph.edges {
+        if let Some(v) = inputs.get_mut(from as usize) {
+            v.push(to);
+        }
+    }
+    inputs
+}
+
 /// Code of an installed package, not the user's.
 pub fn is_library(file: &str) -> bool {
     file.contains("/site-packages/") || file.contains("/dist-packages/")

@@ -61,12 +61,7 @@ pub fn starved_by(ctx: &Context, cause: &[u64]) -> Starved {
     if modules.is_empty() {
         return Starved::default();
     }
-    let mut inputs: Vec<Vec<u32>> = vec![Vec::new(); graph.nodes.len()];
-    for &(from, to) in &graph.edges {
-        if let Some(v) = inputs.get_mut(from as usize) {
-            v.push(to);
-        }
-    }
+    let inputs = super::graph_inputs(graph);
     let mut seen = vec![false; graph.nodes.len()];
     let mut stack: Vec<u32> = graph
         .nodes

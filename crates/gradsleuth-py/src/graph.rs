@@ -22,6 +22,34 @@ impl<'py> Live<'py> {
     }
 }
 
+/// A node kept past the backward that frees its graph: a custom `autograd.Function`'s node
+/// is, to Python, its `ctx`, which holds the native node only weakly on older torch (2.1:
+/// after `backward()` its `next_functions` raises and a walk from it finds nothing). Such a
+/// node is kept as `(node, next_functions)`, its edges read while the graph lives; other
+/// nodes are kept as they are. [`Live`] walks either.
+pub(crate) fn pin<'py>(
+    node: Bound<'py, PyAny>,
+    function_base: &Bound<'py, PyAny>,
+) -> Bound<'py, PyAny> {
+    if !node.is_instance(function_base).unwrap_or(false) {
+        return node;
+    }
+    match node.getattr(pyo3::intern!(node.py(), "next_functions")) {
+        Ok(next) => PyTuple::new(node.py(), [node.clone(), next])
+            .map(|t| t.into_any())
+            .unwrap_or(node),
+        Err(_) => node,
+    }
+}
+
+/// The node and its edges, when `node` was kept by [`pin`].
+pub(crate) fn pinned<'py>(
+    node: &Bound<'py, PyAny>,
+) -> Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let t = node.cast::<PyTuple>().ok()?;
+    Some((t.get_item(0).ok()?, t.get_item(1).ok()?))
+}
+
 impl<'py> GraphSource for Live<'py> {
     type Node = Bound<'py, PyAny>;
     type Id = usize;
@@ -32,9 +60,12 @@ impl<'py> GraphSource for Live<'py> {
     }
 
     fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>) -> PyResult<()> {
-        let next = match node.getattr(pyo3::intern!(self.py, "next_functions")) {
-            Ok(n) => n,
-            Err(_) => return Ok(()),
+        let next = match pinned(node) {
+            Some((_, next)) => next,
+            None => match node.getattr(pyo3::intern!(self.py, "next_functions")) {
+                Ok(n) => n,
+                Err(_) => return Ok(()),
+            },
         };
         let next = next.cast_into::<PyTuple>().map_err(PyErr::from)?;
         // Borrowed items: no reference count traffic for the (node, index) pairs.

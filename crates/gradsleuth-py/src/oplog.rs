@@ -28,6 +28,8 @@ struct Handles {
     is_grad_enabled: Py<PyAny>,
     getframe: Py<PyAny>,
     sequence_nr: Py<PyAny>,
+    /// `torch._C._FunctionBase`: a custom Function's node (see [`crate::graph::pin`]).
+    function_base: Py<PyAny>,
 }
 
 /// `gradsleuth_capture::Host` over live objects, for the length of one call from Python.
@@ -113,7 +115,14 @@ impl<'py> Host for PyHost<'py, '_> {
 
     fn grad_fn(&self, t: &Self::Value) -> PyResult<Option<Py<PyAny>>> {
         let g = t.getattr(pyo3::intern!(self.py, "grad_fn"))?;
-        Ok((!g.is_none()).then(|| g.unbind()))
+        if g.is_none() {
+            return Ok(None);
+        }
+        let base = self.handles.function_base.bind(self.py);
+        if base.is_none() {
+            return Ok(Some(g.unbind()));
+        }
+        Ok(Some(crate::graph::pin(g, base).unbind()))
     }
 
     fn node(&self, kept: &Py<PyAny>) -> Self::Node {
@@ -121,6 +130,7 @@ impl<'py> Host for PyHost<'py, '_> {
     }
 
     fn node_name(&self, n: &Self::Node) -> String {
+        let n = crate::graph::pinned(n).map_or_else(|| n.clone(), |(n, _)| n);
         n.get_type()
             .name()
             .map(|s| s.to_string())
@@ -128,6 +138,7 @@ impl<'py> Host for PyHost<'py, '_> {
     }
 
     fn node_sequence_nr(&self, n: &Self::Node) -> Option<u64> {
+        let n = crate::graph::pinned(n).map_or_else(|| n.clone(), |(n, _)| n);
         n.call_method0(pyo3::intern!(self.py, "_sequence_nr"))
             .and_then(|s| s.extract::<u64>())
             .ok()
@@ -303,6 +314,11 @@ impl OpLog {
                 sequence_nr: py
                     .import("torch._C._autograd")?
                     .getattr("_get_sequence_nr")?
+                    .unbind(),
+                function_base: torch
+                    .getattr("_C")?
+                    .getattr("_FunctionBase")
+                    .unwrap_or_else(|_| py.None().into_bound(py))
                     .unbind(),
             },
             frames: FrameWalker::new(skip_prefixes, library_prefixes),

@@ -82,7 +82,7 @@ def test_peft_checkpointing_with_input_gradients_is_quiet(tmp_path):
     assert len(lora) == 8 and all(p["status"] == "learning" for p in lora), lora
 
 
-LIBRARY = '''
+LIBRARY = """
 import torch
 from torch import nn
 
@@ -98,9 +98,9 @@ class Block(nn.Module):
         if self.stop:
             h = h.detach()
         return h
-'''
+"""
 
-SCRIPT = '''
+SCRIPT = """
 import os
 import sys
 
@@ -128,7 +128,7 @@ for _ in range(3):
     opt.zero_grad()
     loss.backward()
     opt.step()
-'''
+"""
 
 
 @pytest.mark.parametrize("folder", ["site-packages", "dist-packages"])
@@ -201,9 +201,7 @@ def test_deepspeed_zero_started_by_its_launcher(tmp_path, script, ranks, stage):
     runs each Linear and module boundary through custom autograd Functions whose forwards
     detach and run without recording: none of that is a cut. A correct run is quiet and every
     parameter learns; the user's detach is found, once, on every rank."""
-    proc, report = _launched(
-        tmp_path, "deepspeed", "--num_gpus", str(ranks), script, "--stage", str(stage), cwd=HERE
-    )
+    proc, report = _launched(tmp_path, "deepspeed", "--num_gpus", str(ranks), script, "--stage", str(stage), cwd=HERE)
     assert report is not None, proc.stderr[-3000:]
     names = {p["name"] for p in report["parameters"]}
     assert names == {"encoder.0.weight", "encoder.0.bias", "head.weight", "head.bias"}, names
@@ -268,6 +266,29 @@ def test_framework_controls_are_quiet(tmp_path, script):
     assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
 
 
+def test_hf_trainer_compute_loss_detach_found_by_run_and_by_lint(tmp_path):
+    """A `Trainer` subclass's `compute_loss` detaches BERT's pooled output before the head:
+    the run names the encoder's parameters at that line; lint, which reads `compute_loss`'s
+    loss (the first of `(loss, logits)`) as the one the Trainer calls backward on and its
+    `model` as the one the Trainer optimizes, flags the same line."""
+    script = "hf_trainer_compute_loss_detach.py"
+    copy = tmp_path / script
+    copy.write_text((HERE / script).read_text())
+    report = _run(tmp_path, copy)
+    [f] = _loud(report)
+    assert f["category"] == "detach" and f["location"]["line"] == 23
+    assert len(f["params"]) == 39 and all(p.startswith("bert.") for p in f["params"])
+    learning = sorted(p["name"] for p in report["parameters"] if p["status"] == "learning")
+    assert learning == ["classifier.bias", "classifier.weight"]
+    proc = run_gradsleuth("lint", "--isolated", "--format", "json", copy)
+    [g] = report_of(proc.stdout)["findings"]
+    assert (g["category"], g["location"]["line"]) == ("detach", 23)
+    assert "model.bert" in g["message"]
+    # The correct Trainer script beside it: nothing.
+    proc = run_gradsleuth("lint", "--isolated", "--format", "json", HERE / "hf_trainer_accumulation_control.py")
+    assert proc.returncode == 0 and not report_of(proc.stdout)["findings"]
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -309,9 +330,7 @@ def _plain(tmp_path, script):
 
     copy = tmp_path / script
     copy.write_text((HERE / script).read_text())
-    return subprocess.run(
-        [sys.executable, copy.name], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
+    return subprocess.run([sys.executable, copy.name], cwd=tmp_path, capture_output=True, text=True, timeout=600)
 
 
 def test_the_hugging_face_callback_reports_into_the_output_folder(tmp_path):

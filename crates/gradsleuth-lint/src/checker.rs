@@ -351,6 +351,20 @@ impl<'a> Checker<'a> {
             let l = f.location.as_ref();
             seen.insert((f.code.clone(), l.map(|l| l.line)))
         });
+        // A loss re-made from `.item()` is the round trip's whole story: one finding.
+        let rewrapped: HashSet<u32> = self
+            .findings
+            .iter()
+            .filter(|f| f.code == rules::loss_rewrap::RULE.code)
+            .filter_map(|f| f.location.as_ref().map(|l| l.line))
+            .collect();
+        self.findings.retain(|f| {
+            f.code != rules::item_roundtrip::RULE.code
+                || !f
+                    .location
+                    .as_ref()
+                    .is_some_and(|l| rewrapped.contains(&l.line))
+        });
     }
 
     /// A location for a node: 1-based line and column (in characters), with the snippet.

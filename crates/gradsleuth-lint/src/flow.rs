@@ -142,6 +142,9 @@ struct Frame {
     /// The `no_grad` block is `torch.inference_mode()`: what it makes are inference tensors.
     inference: bool,
     returns: Deps,
+    /// The function returns a loss a framework calls backward on, maybe with more beside it
+    /// (`(loss, outputs)`, `{"loss": loss, ...}`): only the loss counts as returned.
+    loss_return: bool,
 }
 
 impl Frame {
@@ -167,6 +170,13 @@ type FnKey = usize;
 
 fn key(f: &StmtFunctionDef) -> FnKey {
     f as *const StmtFunctionDef as usize
+}
+
+/// One source is the other or a part of it (`model` and `model.bert`): a model is live when
+/// any part of it is, and a part when the whole is.
+fn overlaps(a: &str, b: &str) -> bool {
+    let within = |x: &str, y: &str| x.strip_prefix(y).is_some_and(|r| r.starts_with('.'));
+    a == b || within(a, b) || within(b, a)
 }
 
 /// Names a model copy that is not trained by backprop (teacher, target network, EMA).
@@ -254,6 +264,9 @@ pub struct Flow<'a, 'c> {
     forward_returns: Vec<Deps>,
     /// Dotted names (and their prefixes) that appear in an optimizer's arguments.
     optimized: HashSet<String>,
+    /// Methods whose return value is the loss a framework calls backward on, beside
+    /// Lightning's `training_step`: a Hugging Face `Trainer` subclass's `compute_loss`.
+    loss_methods: HashSet<FnKey>,
     /// `self.X` a class freezes itself (`self.esm.requires_grad_(False)`, a loop setting
     /// `requires_grad = False` over `self.X.parameters()`): a cut of it is deliberate.
     frozen: HashSet<String>,
@@ -339,6 +352,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             backwards: Vec::new(),
             forward_returns: Vec::new(),
             optimized: HashSet::new(),
+            loss_methods: HashSet::new(),
             frozen: HashSet::new(),
         };
         let mut opt = OptimizerArgs(HashSet::new());
@@ -347,7 +361,10 @@ impl<'a, 'c> Flow<'a, 'c> {
         }
         flow.optimized = opt.0;
         // A file without backward, forward or optimizer has nothing to report: stay cheap.
-        if flow.optimized.is_empty() && !ck.source.contains("forward") {
+        if flow.optimized.is_empty()
+            && !ck.source.contains("forward")
+            && !ck.source.contains("Trainer")
+        {
             return Vec::new();
         }
         for s in &module.body {
@@ -379,6 +396,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             no_grad: None,
             inference: false,
             returns: Deps::default(),
+            loss_return: false,
         };
         flow.block(&module.body, &mut top);
         let functions: Vec<&'a StmtFunctionDef> = flow.functions.values().copied().collect();
@@ -421,11 +439,29 @@ impl<'a, 'c> Flow<'a, 'c> {
             methods: &method_names,
             out: HashSet::new(),
         };
+        // A Hugging Face `Trainer` subclass (`Trainer`, `Seq2SeqTrainer`, TRL's `SFTTrainer`):
+        // the trainer builds the optimizer over the `model` its `compute_loss` and
+        // `training_step` are given, and calls backward on what `compute_loss` returns.
+        let is_trainer = c.arguments.as_ref().is_some_and(|a| {
+            a.args.iter().any(|b| {
+                dotted(b).is_some_and(|n| n.rsplit('.').next().unwrap_or(&n).ends_with("Trainer"))
+            })
+        });
         let mut stateless = HashMap::new();
         for s in &c.body {
             if let Stmt::FunctionDef(f) = s {
                 self.methods
                     .insert((name.clone(), f.name.id.to_string()), f);
+                let method = f.name.id.as_str();
+                if is_trainer && matches!(method, "compute_loss" | "training_step") {
+                    if let Some(model) = param_names(&f.parameters).get(1) {
+                        self.optimized.insert(model.clone());
+                        self.optimized.insert(format!("{model}.*"));
+                    }
+                    if method == "compute_loss" {
+                        self.loss_methods.insert(key(f));
+                    }
+                }
                 if is_module {
                     collect_self_modules(self.ck, &f.body, &mut attrs);
                     collect_stateless(&f.body, &mut stateless);
@@ -478,7 +514,12 @@ impl<'a, 'c> Flow<'a, 'c> {
         for d in &self.backwards {
             for (source, cuts) in &d.cut {
                 let inference = source == INFERENCE && !self.optimized.is_empty();
-                if !inference && (live_anywhere.contains(source) || !self.is_optimized(source)) {
+                let part = source.split_once('.').filter(|(root, _)| *root != "self");
+                if !inference
+                    && (live_anywhere.iter().any(|l| overlaps(l, source))
+                        || !self.is_optimized(source)
+                        || part.is_some_and(|(_, attr)| is_untrained_copy(attr)))
+                {
                     continue;
                 }
                 for c in cuts {
@@ -531,6 +572,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             no_grad: None,
             inference: false,
             returns: Deps::default(),
+            loss_return: false,
         };
         for p in param_names(&f.parameters) {
             frame.env.insert(p.clone(), Deps::source(&p));
@@ -538,6 +580,12 @@ impl<'a, 'c> Flow<'a, 'c> {
         if class.is_some() {
             frame.env.remove("self");
         }
+        // A LightningModule's `training_step` returns the loss its trainer calls backward on
+        // (under manual optimization it returns nothing, and `manual_backward` is seen).
+        let is_training_step = f.name.id.as_str() == "training_step"
+            && class.is_some_and(|c| self.class_attrs.contains_key(c));
+        let returns_loss = is_training_step || self.loss_methods.contains(&k);
+        frame.loss_return = returns_loss;
         self.block(&f.body, &mut frame);
         let mut ret = frame.returns;
         for d in &f.decorator_list {
@@ -550,11 +598,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         if is_forward {
             self.forward_returns.push(ret.clone());
         }
-        // A LightningModule's `training_step` returns the loss its trainer calls backward on
-        // (under manual optimization it returns nothing, and `manual_backward` is seen).
-        let is_training_step = f.name.id.as_str() == "training_step"
-            && class.is_some_and(|c| self.class_attrs.contains_key(c));
-        if is_training_step {
+        if returns_loss {
             self.backwards.push(ret.clone());
         }
         self.in_progress.remove(&k);
@@ -691,7 +735,20 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
             Stmt::Return(r) => {
                 if let Some(v) = &r.value {
-                    let d = self.expr(v, fr);
+                    let d = if fr.loss_return {
+                        let mut parts = (Vec::new(), Vec::new());
+                        loss_parts(v, &mut parts);
+                        for e in parts.1 {
+                            self.expr(e, fr);
+                        }
+                        let mut d = Deps::default();
+                        for e in parts.0 {
+                            d.union(self.expr(e, fr));
+                        }
+                        d
+                    } else {
+                        self.expr(v, fr)
+                    };
                     let d = self.under_no_grad(d, fr);
                     fr.returns.union(d);
                 }
@@ -819,6 +876,19 @@ impl<'a, 'c> Flow<'a, 'c> {
                             }
                         }
                         return Deps::default();
+                    }
+                }
+                // A submodule of a model named in the file or passed in (`model.bert(...)`,
+                // `model.classifier(...)`): a source of its own, so that one cut off while a
+                // sibling trains is seen (a whole model is live when any part of it is).
+                if let Expr::Name(n) = a.value.as_ref() {
+                    let id = n.id.as_str();
+                    let whole = match fr.env.get(id) {
+                        Some(d) => d.cut.is_empty() && d.live.len() == 1 && d.live.contains(id),
+                        None => self.module_vars.contains(id),
+                    };
+                    if whole && id != "self" {
+                        return Deps::source(&format!("{id}.{}", a.attr.id));
                     }
                 }
                 self.expr(&a.value, fr)
@@ -1131,6 +1201,37 @@ fn host_chain_base(e: &Expr) -> &Expr {
             Expr::Attribute(a) if a.attr.id.as_str() == "data" => cur = &a.value,
             _ => return cur,
         }
+    }
+}
+
+/// A returned loss and what is returned beside it: `(loss, outputs)`, `{"loss": loss, ...}`,
+/// `(loss, outputs) if return_outputs else loss` (into `out.0`, the rest into `out.1`).
+fn loss_parts<'a>(e: &'a Expr, out: &mut (Vec<&'a Expr>, Vec<&'a Expr>)) {
+    match e {
+        Expr::Tuple(t) if !t.elts.is_empty() => {
+            loss_parts(&t.elts[0], out);
+            out.1.extend(t.elts[1..].iter());
+        }
+        Expr::If(i) => {
+            out.1.push(&i.test);
+            loss_parts(&i.body, out);
+            loss_parts(&i.orelse, out);
+        }
+        Expr::Dict(d) => {
+            let is_loss = |k: &Option<Expr>| matches!(k, Some(Expr::StringLiteral(s)) if s.value.to_str() == "loss");
+            if !d.items.iter().any(|i| is_loss(&i.key)) {
+                out.0.push(e);
+                return;
+            }
+            for i in &d.items {
+                if is_loss(&i.key) {
+                    out.0.push(&i.value);
+                } else {
+                    out.1.push(&i.value);
+                }
+            }
+        }
+        _ => out.0.push(e),
     }
 }
 

@@ -64,6 +64,32 @@ mod tests {
     }
 
     #[test]
+    fn only_the_loss_of_a_training_step_dict_counts() {
+        // `{"loss": ..., "z": ...}`: the live `z` beside the loss does not train the encoder.
+        let src = format!("{LIT}    def training_step(self, batch, i):\n        z = self.encoder(batch)\n        loss = ((self.decoder(z.detach()) - batch) ** 2).mean()\n        return {{\"loss\": loss, \"z\": z}}\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.parameters())\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 13)]);
+    }
+
+    const HF: &str = "import torch\nfrom transformers import Trainer\n\nclass MyTrainer(Trainer):\n    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):\n        labels = inputs.pop(\"labels\")\n        outputs = model(**inputs)\n";
+
+    #[test]
+    fn flags_a_detach_in_a_trainer_compute_loss() {
+        // The Trainer calls backward on compute_loss's loss (the first of `(loss, outputs)`)
+        // and its optimizer holds the `model` it passes in.
+        let src = format!("{HF}        logits = outputs.logits.detach()\n        loss = torch.nn.functional.cross_entropy(logits, labels)\n        return (loss, outputs) if return_outputs else loss\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 8)]);
+    }
+
+    #[test]
+    fn a_correct_compute_loss_and_a_teacher_are_fine() {
+        let src = format!("{HF}        loss = torch.nn.functional.cross_entropy(outputs.logits, labels)\n        return (loss, outputs) if return_outputs else loss\n");
+        assert!(codes(&src).is_empty());
+        // Distillation: the teacher runs under no_grad and is not the trained model.
+        let src = format!("{HF}        with torch.no_grad():\n            teacher = self.teacher(**inputs).logits\n        kd = ((outputs.logits - teacher) ** 2).mean()\n        loss = outputs.loss + kd\n        return (loss, outputs) if return_outputs else loss\n");
+        assert!(codes(&src).is_empty());
+    }
+
+    #[test]
     fn flags_a_detach_before_a_frameworks_backward() {
         // accelerate / Fabric / DeepSpeed: the loss is the argument of `X.backward(loss)`.
         let src = "import torch\nimport torch.nn as nn\n\nenc = nn.Linear(4, 2)\nhead = nn.Linear(2, 1)\nopt = torch.optim.Adam(list(enc.parameters()) + list(head.parameters()))\nfor x in data:\n    loss = head(enc(x).detach()).mean()\n    accelerator.backward(loss)\n    opt.step()\n";

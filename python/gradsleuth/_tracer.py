@@ -70,15 +70,13 @@ def _encode(x: float) -> float:
     return x
 
 
-def norms(tensors, exact: bool = False) -> list[float]:
-    """Norms of `tensors` with one fused reduction (per device/dtype group inside torch).
-    `exact` accumulates in float64: a small learning rate can change a float32 weight's norm
-    below float32 resolution, so "did it change at all?" is read from exact norms."""
+def norms(tensors) -> list[float]:
+    """Norms of `tensors` with one fused reduction (per device/dtype group inside torch)."""
     if not tensors:
         return []
     with torch.no_grad():
         try:
-            ns = _versions.float64_norms(tensors) if exact else torch._foreach_norm(tensors)
+            ns = torch._foreach_norm(tensors)
             try:
                 vals = torch.stack(ns).tolist()  # one dtype and device: the common case
             except RuntimeError:
@@ -89,6 +87,25 @@ def norms(tensors, exact: bool = False) -> list[float]:
                 for t in tensors
             ]
     return [_encode(v) for v in vals]
+
+
+def fingerprints(tensors) -> list:
+    """Whether a weight changed *at all* (a small learning rate can move a float32 weight's norm
+    by less than float32 resolves): the wrapping int32 sum of each tensor's bits, as cheap as
+    a norm and with no float64 copy. A tensor whose bits cannot be read as int32 (an odd
+    number of half-precision values, a non-contiguous view, a DTensor) gets its float64 norm."""
+    out: list = []
+    with torch.no_grad():
+        for t in tensors:
+            try:
+                flat = t if t.element_size() == 4 else t.reshape(-1)
+                out.append(flat.view(torch.int32).sum(dtype=torch.int32))
+            except (RuntimeError, TypeError, NotImplementedError):
+                out.append(torch.linalg.vector_norm(t.detach(), dtype=torch.float64))
+        try:
+            return torch.stack(out).tolist() if out else []
+        except RuntimeError:  # mixed dtypes or devices
+            return [v.item() for v in out]
 
 
 _class_defs: dict = {}
@@ -1024,7 +1041,7 @@ class Tracer:
                 before = dict(zip(keys, norms([p.detach() for p in self._opt_params(opt)])))
                 if okey not in self._exact_before:
                     self._exact_before[okey] = dict(
-                        zip(keys, norms([p.detach() for p in self._opt_params(opt)], exact=True))
+                        zip(keys, fingerprints([p.detach() for p in self._opt_params(opt)]))
                     )
             else:
                 before = self._weights_after[okey]
@@ -1170,14 +1187,14 @@ class Tracer:
         return register_hook
 
     def _exact_changes(self):
-        """Float64 norms now against before the first observed step, per optimizer param."""
+        """Fingerprints now against before the first observed step, per optimizer param."""
         for okey, before in self._exact_before.items():
             opt = self.obj(okey)
             if opt is None:
                 continue
             params = self._opt_params(opt)
             keys = [self.key(p) for p in params]
-            after = dict(zip(keys, norms([p.detach() for p in params], exact=True)))
+            after = dict(zip(keys, fingerprints([p.detach() for p in params])))
             self.rec.weight_changes([(k, after[k] != before[k]) for k in keys if k in before])
 
     def _first_iteration_done(self) -> bool:

@@ -26,15 +26,6 @@ def grad_scaler():
     return getattr(amp, "GradScaler", None) or getattr(cuda_amp, "GradScaler", None)
 
 
-def float64_norms(tensors) -> list:
-    """2-norms accumulated in float64, one fused pass where torch can (`_foreach_norm` takes
-    `dtype` from 2.2); on 2.1 one exact norm per tensor, never float32 in silence."""
-    try:
-        return list(torch._foreach_norm(tensors, 2, dtype=torch.float64))
-    except (RuntimeError, TypeError):
-        return [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors]
-
-
 def is_compiling() -> bool:
     """Inside torch.compile's tracing: `torch.compiler.is_compiling` from 2.3, dynamo's own
     before (imported only if the program already did: nothing compiles without it)."""

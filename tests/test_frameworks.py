@@ -276,13 +276,13 @@ def test_hf_trainer_compute_loss_detach_found_by_run_and_by_lint(tmp_path):
     copy.write_text((HERE / script).read_text())
     report = _run(tmp_path, copy)
     [f] = _loud(report)
-    assert f["category"] == "detach" and f["location"]["line"] == 23
+    assert f["category"] == "detach" and f["location"]["line"] == 24
     assert len(f["params"]) == 39 and all(p.startswith("bert.") for p in f["params"])
     learning = sorted(p["name"] for p in report["parameters"] if p["status"] == "learning")
     assert learning == ["classifier.bias", "classifier.weight"]
     proc = run_gradsleuth("lint", "--isolated", "--format", "json", copy)
     [g] = report_of(proc.stdout)["findings"]
-    assert (g["category"], g["location"]["line"]) == ("detach", 23)
+    assert (g["category"], g["location"]["line"]) == ("detach", 24)
     assert "model.bert" in g["message"]
     # The correct Trainer script beside it: nothing.
     proc = run_gradsleuth("lint", "--isolated", "--format", "json", HERE / "hf_trainer_accumulation_control.py")

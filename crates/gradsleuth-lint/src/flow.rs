@@ -126,6 +126,23 @@ impl Deps {
         self
     }
 
+    /// `part` of what this value is (`.bert` of a model passed in): a source of its own when
+    /// the value is one whole source, the value itself otherwise.
+    fn part(self, part: Option<&str>) -> Deps {
+        match part {
+            Some(p) if self.cut.is_empty() && self.live.len() == 1 => {
+                let whole = self
+                    .live
+                    .iter()
+                    .next()
+                    .map(String::as_str)
+                    .unwrap_or_default();
+                Deps::source(&format!("{whole}.{p}"))
+            }
+            _ => self,
+        }
+    }
+
     fn cut_all(self, kind: CutKind, range: TextRange) -> Deps {
         if self.live.is_empty() {
             return self;
@@ -170,6 +187,16 @@ type FnKey = usize;
 
 fn key(f: &StmtFunctionDef) -> FnKey {
     f as *const StmtFunctionDef as usize
+}
+
+/// The function parameter a summary's source stands for, and the part of it named
+/// (`model.bert` of the parameter `model`).
+fn of_param<'s>(source: &'s str, params: &HashSet<String>) -> Option<(&'s str, Option<&'s str>)> {
+    let (root, part) = match source.split_once('.') {
+        Some((r, p)) => (r, Some(p)),
+        None => (source, None),
+    };
+    params.contains(root).then_some((root, part))
 }
 
 /// One source is the other or a part of it (`model` and `model.bert`): a model is live when
@@ -536,7 +563,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         for d in &self.forward_returns {
             for (source, cuts) in &d.cut {
                 if !source.starts_with("self.")
-                    || d.live.contains(source)
+                    || d.live.iter().any(|l| overlaps(l, source))
                     || is_untrained_copy(source)
                     || self.frozen.contains(source)
                 {
@@ -869,9 +896,12 @@ impl<'a, 'c> Flow<'a, 'c> {
                             self.methods.get(&(class.clone(), attr.to_owned())).copied()
                         {
                             if let Some(mut sum) = self.summary(m, Some(&class)) {
-                                let params = param_names(&m.parameters);
-                                sum.live.retain(|s| !params.contains(s));
-                                sum.cut.retain(|s, _| !params.contains(s));
+                                let params: HashSet<String> = param_names(&m.parameters)
+                                    .into_iter()
+                                    .filter(|p| p != "self")
+                                    .collect();
+                                sum.live.retain(|s| of_param(s, &params).is_none());
+                                sum.cut.retain(|s, _| of_param(s, &params).is_none());
                                 return sum;
                             }
                         }
@@ -1141,21 +1171,25 @@ impl<'a, 'c> Flow<'a, 'c> {
         let params: HashSet<String> = params.into_iter().collect();
         let mut out = Deps::default();
         for s in summary.live {
-            if params.contains(&s) {
-                if let Some(d) = bound.get(&s) {
-                    out.union(d.clone());
+            match of_param(&s, &params) {
+                Some((p, part)) => {
+                    if let Some(d) = bound.get(p) {
+                        out.union(d.clone().part(part));
+                    }
                 }
-            } else {
-                out.live.insert(s);
+                None => {
+                    out.live.insert(s);
+                }
             }
         }
         for (s, cuts) in summary.cut {
-            if params.contains(&s) {
-                if let Some(d) = bound.get(&s) {
-                    out.union(d.clone().cut_by(&cuts));
+            match of_param(&s, &params) {
+                Some((p, part)) => {
+                    if let Some(d) = bound.get(p) {
+                        out.union(d.clone().part(part).cut_by(&cuts));
+                    }
                 }
-            } else {
-                out.add_cuts(s, cuts);
+                None => out.add_cuts(s, cuts),
             }
         }
         out

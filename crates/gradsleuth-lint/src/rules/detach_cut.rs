@@ -90,6 +90,17 @@ mod tests {
     }
 
     #[test]
+    fn parts_of_a_model_passed_to_a_helper() {
+        // The helper detaches one submodule of the model it is given; the head trains.
+        let src = "import torch\nimport torch.nn as nn\n\ndef features(model, x):\n    return model.backbone(x).detach()\n\nmodel = nn.Module()\nmodel.backbone = nn.Linear(4, 4)\nmodel.head = nn.Linear(4, 1)\nopt = torch.optim.Adam(model.parameters())\nfor x in data:\n    loss = model.head(features(model, x)).mean()\n    loss.backward()\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 5)]);
+        // An attribute of a tensor passed in (`mu.T`) is that tensor: the encoder stays live
+        // through `reg`, its detached use elsewhere is a stop-gradient.
+        let src = "import torch\nimport torch.nn as nn\n\ndef reg(mu):\n    return (mu.T ** 2).mean()\n\nenc = nn.Linear(4, 2)\nhead = nn.Linear(2, 1)\nopt = torch.optim.Adam(list(enc.parameters()) + list(head.parameters()))\nfor x in data:\n    z = enc(x)\n    loss = head(z.detach()).mean() + reg(z)\n    loss.backward()\n    opt.step()\n";
+        assert!(codes(src).is_empty());
+    }
+
+    #[test]
     fn flags_a_detach_before_a_frameworks_backward() {
         // accelerate / Fabric / DeepSpeed: the loss is the argument of `X.backward(loss)`.
         let src = "import torch\nimport torch.nn as nn\n\nenc = nn.Linear(4, 2)\nhead = nn.Linear(2, 1)\nopt = torch.optim.Adam(list(enc.parameters()) + list(head.parameters()))\nfor x in data:\n    loss = head(enc(x).detach()).mean()\n    accelerator.backward(loss)\n    opt.step()\n";

@@ -181,7 +181,7 @@ class Tracer:
         self._inference_site: tuple = (None, None, None)
         self._inference_keys: list[int] = []
         self._rearmed = False
-        self._exact_before: dict[int, dict[int, float]] = {}
+        self._bits_before: dict[int, dict[int, float]] = {}
         self._deep_since = 0
         self._first_backward_site = None
         self.steps = max(1, int(steps))
@@ -487,9 +487,9 @@ class Tracer:
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"final scan failed: {type(e).__name__}: {e}")
         try:
-            self._exact_changes()
+            self._weight_changes()
         except Exception as e:  # noqa: BLE001
-            self.rec.note(f"exact weight check failed: {type(e).__name__}: {e}")
+            self.rec.note(f"weight change check failed: {type(e).__name__}: {e}")
         try:
             # All-zero parameters (a zero-initialised layer that never changed) make every
             # gradient behind a product with them zero: the analysis says which.
@@ -1038,11 +1038,10 @@ class Tracer:
                 self._opt_sites.setdefault(okey, (None, None, None))
             if self._opt_steps.get(okey) is None or okey not in self._weights_after:
                 keys = self._register_optimizer(opt, okey)
-                before = dict(zip(keys, norms([p.detach() for p in self._opt_params(opt)])))
-                if okey not in self._exact_before:
-                    self._exact_before[okey] = dict(
-                        zip(keys, fingerprints([p.detach() for p in self._opt_params(opt)]))
-                    )
+                weights = [p.detach() for p in self._opt_params(opt)]
+                before = dict(zip(keys, norms(weights)))
+                if okey not in self._bits_before:
+                    self._bits_before[okey] = dict(zip(keys, fingerprints(weights)))
             else:
                 before = self._weights_after[okey]
             self.rec.step_pre(okey, list(before.items()))
@@ -1186,9 +1185,9 @@ class Tracer:
 
         return register_hook
 
-    def _exact_changes(self):
+    def _weight_changes(self):
         """Fingerprints now against before the first observed step, per optimizer param."""
-        for okey, before in self._exact_before.items():
+        for okey, before in self._bits_before.items():
             opt = self.obj(okey)
             if opt is None:
                 continue

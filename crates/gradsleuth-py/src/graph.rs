@@ -42,6 +42,11 @@ pub(crate) fn pin<'py>(
     }
 }
 
+/// The node itself, pinned or not.
+pub(crate) fn unpin<'py>(node: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+    pinned(node).map_or_else(|| node.clone(), |(n, _)| n)
+}
+
 /// The node and its edges, when `node` was kept by [`pin`].
 pub(crate) fn pinned<'py>(
     node: &Bound<'py, PyAny>,

@@ -130,7 +130,7 @@ impl<'py> Host for PyHost<'py, '_> {
     }
 
     fn node_name(&self, n: &Self::Node) -> String {
-        let n = crate::graph::pinned(n).map_or_else(|| n.clone(), |(n, _)| n);
+        let n = crate::graph::unpin(n);
         n.get_type()
             .name()
             .map(|s| s.to_string())
@@ -138,7 +138,7 @@ impl<'py> Host for PyHost<'py, '_> {
     }
 
     fn node_sequence_nr(&self, n: &Self::Node) -> Option<u64> {
-        let n = crate::graph::pinned(n).map_or_else(|| n.clone(), |(n, _)| n);
+        let n = crate::graph::unpin(n);
         n.call_method0(pyo3::intern!(self.py, "_sequence_nr"))
             .and_then(|s| s.extract::<u64>())
             .ok()

@@ -341,3 +341,43 @@ def test_the_report_says_what_observing_cost(write_script, tmp_path):
     assert cost["op_level_seconds"] > 0 and cost["cheap_step_seconds"] > 0
     text = run_gradsleuth("run", "--deep", script, cwd=tmp_path).stdout
     assert "observation: 3 op-level steps, " in text, text
+
+
+COUNTED = """
+import collections
+import torch, torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+class Counter(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.ops[getattr(func, "__name__", str(func))] += 1
+        return func(*args, **(kwargs or {}))
+
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    with Counter() as counter:
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("ops", step, sorted(counter.ops.items()))
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--deep"], ["--watch"]])
+def test_a_users_function_mode_sees_only_the_users_ops(mode, write_script, tmp_path):
+    """An op counter (a TorchFunctionMode of the user's, like FLOP counters and
+    `torch.device(...)`) around the whole step counts the same ops under gradsleuth as
+    without it: the model scan, the norms around the step and the graph walk are not seen."""
+    script = write_script(COUNTED)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    want = [line for line in plain.stdout.splitlines() if line.startswith("ops")]
+    assert len(want) == 4, plain.stdout + plain.stderr
+    proc = run_gradsleuth("run", *mode, script, cwd=tmp_path)
+    got = [line for line in proc.stdout.splitlines() if line.startswith("ops")]
+    assert got == want, proc.stdout[-3000:] + proc.stderr[-3000:]

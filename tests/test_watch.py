@@ -385,40 +385,62 @@ def test_a_nan_no_forward_value_explains_is_found_by_running_backward(tmp_path):
     assert "torch.where(s > 0, torch.sqrt(s)" in f["location"]["snippet"]
 
 
-def _host_read_counter():
-    """A function mode that counts the reads that make the host wait for a tensor's device
-    (`.item()`, `.tolist()`, `.cpu()`, `.numpy()`, `bool`/`float`/`int` of a tensor, `.to`
-    the CPU) by the code that made them: gradsleuth's, the user's (torch's own, such as
-    GradScaler's found-inf check, are neither)."""
-    import os
-    import sys
+class _HostReadCounter:
+    """Counts the reads that make the host wait for a tensor's device (`.item()`, `.tolist()`,
+    `.cpu()`, `.numpy()`, `bool`/`float`/`int` of a tensor, `.to` the CPU) by the code that
+    made them: gradsleuth's, the user's (torch's own, such as GradScaler's found-inf check, are
+    neither). The methods themselves are wrapped, not seen through a function mode: gradsleuth
+    runs its own reads with torch function dispatch off, where no mode would see them."""
 
-    import gradsleuth
-    import torch
-    from torch.overrides import TorchFunctionMode
+    NAMES = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__", "to")
 
-    T = torch.Tensor
-    reads = {T.item, T.tolist, T.cpu, T.numpy, T.__bool__, T.__float__, T.__int__, T.__index__}
-    pkg = os.path.dirname(gradsleuth.__file__)
-    torch_dir = os.path.dirname(torch.__file__)
+    def __init__(self):
+        import os
 
-    class Count(TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.ours, self.users = [], 0
+        import gradsleuth
+        import torch
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            to_cpu = func is T.to and any(str(a) == "cpu" for a in (*args[1:], *kwargs.values()))
-            if func in reads or to_cpu:
+        self.pkg = os.path.dirname(gradsleuth.__file__)
+        self.torch_dir = os.path.dirname(torch.__file__)
+        self.ours, self.users = [], 0
+        self._saved = {}
+        self._depth = 0
+
+    def _wrap(self, name, original):
+        import sys
+
+        def read(t, *args, **kwargs):
+            # (a read forwarded by a function mode reaches here again, inside the first: one read)
+            if self._depth == 0 and (name != "to" or any(str(a) == "cpu" for a in (*args, *kwargs.values()))):
                 f = sys._getframe(1)  # the code that asked for the read
-                if f.f_code.co_filename.startswith(pkg):
-                    self.ours.append(f"{getattr(func, '__name__', func)} at {f.f_code.co_name}:{f.f_lineno}")
-                elif not f.f_code.co_filename.startswith(torch_dir):
+                if f.f_code.co_filename.startswith(self.pkg):
+                    self.ours.append(f"{name} at {f.f_code.co_name}:{f.f_lineno}")
+                elif not f.f_code.co_filename.startswith(self.torch_dir):
                     self.users += 1
-            return func(*args, **kwargs)
+            self._depth += 1
+            try:
+                return original(t, *args, **kwargs)
+            finally:
+                self._depth -= 1
 
-    return Count()
+        return read
+
+    def __enter__(self):
+        import torch
+
+        for name in self.NAMES:
+            self._saved[name] = torch.Tensor.__dict__.get(name)
+            setattr(torch.Tensor, name, self._wrap(name, getattr(torch.Tensor, name)))
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        for name, original in self._saved.items():
+            if original is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, original)
 
 
 @pytest.mark.parametrize("reads", ["auto", "late"])
@@ -452,7 +474,7 @@ def test_a_watched_step_makes_no_host_read(monkeypatch, reads):
     w = watch(model, opt, status=False)
     for _ in range(5):  # start-up: the model first seen, buffers allocated
         step()
-    counter = _host_read_counter()
+    counter = _HostReadCounter()
     with counter:
         for _ in range(25):  # through step 20, whose update ratios are sampled
             step()

@@ -29,6 +29,7 @@ from torch import nn
 from gradsleuth import _versions
 from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind, class_line
 from gradsleuth._sites import STDLIB_DIRS
+from gradsleuth._versions import own_ops
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -365,7 +366,8 @@ class Tracer:
             marked = False
             if log is not None:
                 try:
-                    marked = not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+                    with own_ops():
+                        marked = not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
                     if marked:
                         log.checkpoint_entered()
                 except Exception:  # noqa: BLE001 - never break the user's forward
@@ -482,6 +484,13 @@ class Tracer:
             except Exception:  # noqa: BLE001
                 pass
         self._unpatch.clear()
+        with own_ops():
+            self._final_checks()
+        if self.on_done is not None:
+            self.on_done(self)
+
+    def _final_checks(self):
+        """The models as they are now, which weights changed, which are all zero."""
         try:
             self._final_scan()
         except Exception as e:  # noqa: BLE001
@@ -498,8 +507,6 @@ class Tracer:
             self.rec.zero_valued([k for (k, _), n in zip(params, ns) if n == 0.0])
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"zero-valued check failed: {type(e).__name__}: {e}")
-        if self.on_done is not None:
-            self.on_done(self)
 
     def _progress(self, phase: str):
         if not self.active:
@@ -611,7 +618,6 @@ class Tracer:
             self.finish()
             return None
         try:
-            key = self.key(module)
             if self._depth == 0:
                 if self._t_iteration is None:
                     self._t_iteration = time.perf_counter()  # the first observed iteration starts
@@ -622,7 +628,9 @@ class Tracer:
                     self._pop_pending()
                 if self._deep and self._mode is None:
                     self._enter_op_mode()
-                if key not in self._roots:
+            with own_ops():  # the scan's reads are not the user's ops
+                key = self.key(module)
+                if self._depth == 0 and key not in self._roots:
                     # A layer of a model the user's code holds, called directly
                     # (`model.backbone(x)`): the model is what gets named and scanned.
                     owner = None
@@ -639,18 +647,18 @@ class Tracer:
                         self.add_root(module, frame=sys._getframe(1))
                     if self.on_root is not None:
                         self.on_root(module)
-            elif key not in self._known_modules:
-                self._orphan(module, key)
-            self._depth += 1
-            self._module_stack.append(key)
-            if self._oplog is not None:
-                self._oplog.set_module(key)
-            if self._last_call.get(key) != self._root_call:
-                first_run = key not in self._last_call
-                self._last_call[key] = self._root_call
-                self.rec.module_ran(key, torch.is_grad_enabled())
-                if first_run:
-                    self.rec.module_site(key, site_of(sys._getframe(1)))
+                elif self._depth > 0 and key not in self._known_modules:
+                    self._orphan(module, key)
+                self._depth += 1
+                self._module_stack.append(key)
+                if self._oplog is not None:
+                    self._oplog.set_module(key)
+                if self._last_call.get(key) != self._root_call:
+                    first_run = key not in self._last_call
+                    self._last_call[key] = self._root_call
+                    self.rec.module_ran(key, torch.is_grad_enabled())
+                    if first_run:
+                        self.rec.module_site(key, site_of(sys._getframe(1)))
         except Exception as e:  # noqa: BLE001 - never break the user's forward
             self.rec.note(f"forward hook: {type(e).__name__}: {e}")
         return None
@@ -1032,24 +1040,29 @@ class Tracer:
         if self._pending_pop:
             self._pop_pending()
         try:
-            okey = self.key(opt)
-            if okey not in self._optimizers:
-                self._optimizers[okey] = weakref.ref(opt)
-                self._opt_sites.setdefault(okey, (None, None, None))
-            if self._opt_steps.get(okey) is None or okey not in self._weights_after:
-                keys = self._register_optimizer(opt, okey)
-                weights = [p.detach() for p in self._opt_params(opt)]
-                before = dict(zip(keys, norms(weights)))
-                if okey not in self._bits_before:
-                    self._bits_before[okey] = dict(zip(keys, fingerprints(weights)))
-            else:
-                before = self._weights_after[okey]
-            self.rec.step_pre(okey, list(before.items()))
-            if okey in self._copies:
-                self._copy_stepped.add(okey)
+            with own_ops():
+                self._measure_before(opt)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step pre-hook: {type(e).__name__}: {e}")
         return None
+
+    def _measure_before(self, opt):
+        """Weight norms (and, the first time, bit fingerprints) before `opt`'s step."""
+        okey = self.key(opt)
+        if okey not in self._optimizers:
+            self._optimizers[okey] = weakref.ref(opt)
+            self._opt_sites.setdefault(okey, (None, None, None))
+        if self._opt_steps.get(okey) is None or okey not in self._weights_after:
+            keys = self._register_optimizer(opt, okey)
+            weights = [p.detach() for p in self._opt_params(opt)]
+            before = dict(zip(keys, norms(weights)))
+            if okey not in self._bits_before:
+                self._bits_before[okey] = dict(zip(keys, fingerprints(weights)))
+        else:
+            before = self._weights_after[okey]
+        self.rec.step_pre(okey, list(before.items()))
+        if okey in self._copies:
+            self._copy_stepped.add(okey)
 
     def _step_post(self, opt, args, kwargs):
         if not self.active or self.key(opt) in self._copies:
@@ -1061,27 +1074,8 @@ class Tracer:
         was, so these are the gradients the step used (unscaled, under GradScaler)."""
         op_level = self._oplog is not None
         try:
-            okey = self.key(opt)
-            params = self._opt_params(opt)
-            keys = [self.key(p) for p in params]
-            grads = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
-            if not self._deep and len(grads) < len(keys) and not self._rearmed and okey not in self._copies:
-                # A parameter reached in an earlier step has no gradient now: trace the next
-                # step at op level to find where its path to the loss was cut.
-                missing = {k for k, p in zip(keys, params) if p.grad is None and p.requires_grad}
-                if missing & set(self.rec.reached_keys()):
-                    self._deep = True
-                    self._rearmed = True
-            ns = norms([g for _, g in grads] + [p.detach() for p in params])
-            grad_norms = dict(zip((k for k, _ in grads), ns[: len(grads)]))
-            after = dict(zip(keys, ns[len(grads) :]))
-            self._weights_after[okey] = after
-            self.rec.step_post(okey, [(k, grad_norms.get(k)) for k in keys], list(after.items()))
-            self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
-            if self._scaler_depth == 0:
-                self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
-            if self._deep and self._oplog is not None and (self._deep_all or self._first_iteration_done()):
-                self._end_deep(grad_norms)
+            with own_ops():
+                self._measure_after(opt)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
         if self._scaler_depth == 0:
@@ -1091,6 +1085,31 @@ class Tracer:
                 self._t_iteration = now
             self._progress("step")
             self._check_done()
+
+    def _measure_after(self, opt):
+        """Gradient and weight norms after `opt`'s step; ends the op-level step after the first
+        iteration."""
+        okey = self.key(opt)
+        params = self._opt_params(opt)
+        keys = [self.key(p) for p in params]
+        grads = [(k, p.grad) for k, p in zip(keys, params) if p.grad is not None]
+        if not self._deep and len(grads) < len(keys) and not self._rearmed and okey not in self._copies:
+            # A parameter reached in an earlier step has no gradient now: trace the next
+            # step at op level to find where its path to the loss was cut.
+            missing = {k for k, p in zip(keys, params) if p.grad is None and p.requires_grad}
+            if missing & set(self.rec.reached_keys()):
+                self._deep = True
+                self._rearmed = True
+        ns = norms([g for _, g in grads] + [p.detach() for p in params])
+        grad_norms = dict(zip((k for k, _ in grads), ns[: len(grads)]))
+        after = dict(zip(keys, ns[len(grads) :]))
+        self._weights_after[okey] = after
+        self.rec.step_post(okey, [(k, grad_norms.get(k)) for k in keys], list(after.items()))
+        self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
+        if self._scaler_depth == 0:
+            self._opt_steps[okey] = self._opt_steps.get(okey, 0) + 1
+        if self._deep and self._oplog is not None and (self._deep_all or self._first_iteration_done()):
+            self._end_deep(grad_norms)
 
     # ---- gradient clipping and hooks ---------------------------------------------------
     def _step_number(self) -> int:
@@ -1251,8 +1270,9 @@ class Tracer:
             if not tracer.active or tracer._backward_depth > 0:
                 return original(tensors, *args, **kwargs)
             first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
-            gf = getattr(first, "grad_fn", None)
-            tracer._before_backward(first)
+            with own_ops():
+                gf = getattr(first, "grad_fn", None)
+                tracer._before_backward(first)
             site = site_of(sys._getframe(1))
             if tracer._first_backward_site is None:
                 tracer._first_backward_site = site
@@ -1266,7 +1286,8 @@ class Tracer:
                 tracer._backward_failed(e, site)
                 raise
             tracer._backward_depth -= 1
-            tracer._after_backward()
+            with own_ops():
+                tracer._after_backward()
             return result
 
         return backward

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import torch
 
+# Turns off `__torch_function__` dispatch, modes included (torch 2.0 made
+# `DisableTorchFunction` disable modes as well as subclasses; `DisableTorchFunctionSubclass`
+# is the subclass-only one). Present in every supported torch.
+_DISABLE_TORCH_FUNCTION = torch._C.DisableTorchFunction
+
 # The C base class of `torch.Tensor`: `_TensorBase` on torch 2.1-2.2, `TensorBase` from 2.3.
 TENSOR_BASES = ("TensorBase", "_TensorBase")
 
@@ -45,3 +50,12 @@ def global_forward_hook_with_kwargs(hook):
         return module_mod.register_module_forward_hook(hook, with_kwargs=True)
     except TypeError:
         return module_mod.register_module_forward_hook(lambda m, a, o: hook(m, a, {}, o))
+
+
+def own_ops():
+    """A context for gradsleuth's own tensor reads and reductions (a model scan, the norms
+    around a step): they bypass every TorchFunctionMode, the op-level step's own and the
+    user's (an op counter, `with torch.device(...)`), so a mode sees the user's program only,
+    and they cost no dispatch through a mode. Inside, a subclass's `__torch_function__` is
+    skipped too; `__torch_dispatch__` subclasses (DTensor) are unaffected."""
+    return _DISABLE_TORCH_FUNCTION()

@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 from gradsleuth import _versions
 from gradsleuth._core import graph_nodes, sequence_index, singular_condition, singular_reason, walk
 from gradsleuth._tracer import op_site_of, unwrapped_name
+from gradsleuth._versions import own_ops
 
 
 def _flat_tensors(obj, out=None):
@@ -652,15 +653,19 @@ class Watch:
             w, params, names = self._watcher_for(opt)
             self._stepped.add(id(opt))
             n = self._counts[id(opt)] = self._counts.get(id(opt), 0) + 1
-            idx, grads = [], []
-            for i, p in enumerate(params):
-                if p.grad is not None:
-                    idx.append(i)
-                    grads.append(_local(p.grad))
-            values = _stacked(torch._foreach_norm(grads)) if grads else None
+            with own_ops():  # the reductions are gradsleuth's, not ops of the user's modes
+                idx, grads = [], []
+                for i, p in enumerate(params):
+                    if p.grad is not None:
+                        idx.append(i)
+                        grads.append(_local(p.grad))
+                values = _stacked(torch._foreach_norm(grads)) if grads else None
+            # (on the CPU the values are read now: a NaN is localized inside `put`, by a
+            # replay under modes that must see the ops)
             self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
             if n % w.update_every == 0:
-                self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
+                with own_ops():
+                    self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
             if self._late_nan is not None:
                 self._late_localize()
             self._show_status(w)
@@ -669,7 +674,8 @@ class Watch:
 
     def _grads_read(self, opt, w, params, names, idx, host, late):
         """One step's gradient norms, now in host memory (`late`: a later step has started)."""
-        first, new, nonfinite = w.grads_from(idx, host if host is not None else _EMPTY)
+        with own_ops():
+            first, new, nonfinite = w.grads_from(idx, host if host is not None else _EMPTY)
         self._nonfinite[id(opt)] = bool(nonfinite)
         # One op-level step per kind of anomaly (at most three per run): layer after layer
         # vanishing is one story, and its op-level step tells it.
@@ -726,10 +732,11 @@ class Watch:
             return
         try:
             w, params, _ = self._watchers[id(opt)]
-            after = [_local(p).detach() for p in params]
-            torch._foreach_sub_(before, after)  # in place: the buffers now hold -update
-            values = _stacked(torch._foreach_norm(before + after))
-            self._reads.put(values, lambda host, _late: w.updates_from(host))
+            with own_ops():
+                after = [_local(p).detach() for p in params]
+                torch._foreach_sub_(before, after)  # in place: the buffers now hold -update
+                values = _stacked(torch._foreach_norm(before + after))
+            self._reads.put(values, lambda host, _late: _read_updates(w, host))
         except Exception as e:  # noqa: BLE001
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
 
@@ -799,8 +806,9 @@ class Watch:
         st.pop("inputs", None)
         st["seq0"] = _sequence_nr()
         st["roots"] = None
-        st["rng"] = torch.get_rng_state()
-        st["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        with own_ops():
+            st["rng"] = torch.get_rng_state()
+            st["cuda_rng"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         st["grads"] = {}
         st["outs"] = None
         return None
@@ -812,19 +820,20 @@ class Watch:
         if st is None or self._replaying or self.closed or "rng" not in st or not torch.is_grad_enabled():
             return None
         st["inputs"] = (args, kwargs)
-        outs = [t for t in _flat_tensors(output) if t.requires_grad]
-        st["outs"] = len(outs)
-        # The graph's root nodes, until this model's next forward: after backward they hold no
-        # saved tensors, and the user's own `loss` keeps the same graph at least as long. A
-        # re-run checks against them that the op it stops at was on the path to the output.
-        st["roots"] = [t.grad_fn for t in outs if t.grad_fn is not None]
-        grads = st["grads"]
-        for i, t in enumerate(outs):
+        with own_ops():
+            outs = [t for t in _flat_tensors(output) if t.requires_grad]
+            st["outs"] = len(outs)
+            # The graph's root nodes, until this model's next forward: after backward they hold
+            # no saved tensors, and the user's own `loss` keeps the same graph at least as long.
+            # A re-run checks against them that the op it stops at was on the path to the output.
+            st["roots"] = [t.grad_fn for t in outs if t.grad_fn is not None]
+            grads = st["grads"]
+            for i, t in enumerate(outs):
 
-            def keep(g, i=i):
-                grads[i] = g
+                def keep(g, i=i):
+                    grads[i] = g
 
-            t.register_hook(keep)
+                t.register_hook(keep)
         if outs and st["params"]:
             self._start_probe()
         return None
@@ -1044,6 +1053,11 @@ def _compiling() -> bool:
     return _versions.is_compiling()
 
 
+def _read_updates(w, host):
+    with own_ops():
+        w.updates_from(host)
+
+
 def _stacked(norms):
     """0-d norms as one float32 tensor on their device (one kernel; no read)."""
     try:
@@ -1078,6 +1092,13 @@ class _Reads:
         self.now = mode == "now"
 
     def put(self, values, then):
+        with own_ops():  # the copies are gradsleuth's; `then` may replay the user's step
+            values = self._host(values, then)
+        if values is not False:
+            then(values, False)
+
+    def _host(self, values, then):
+        """`values` in host memory now, or False when they are queued for a later `ready()`."""
         if values is not None and values.device.type == "cuda" and not self.now:
             host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
             stream = torch.cuda.current_stream(values.device)
@@ -1085,13 +1106,13 @@ class _Reads:
             event = torch.cuda.Event()
             event.record(stream)
             self._pending.append((event, host, then))
-            return
+            return False
         if values is not None and values.device.type != "cpu":
             values = values.to("cpu")
         if self.late or self._pending:  # behind earlier values still on their way
             self._pending.append((None, None if values is None else values.clone(), then))
-            return
-        then(values, False)
+            return False
+        return values
 
     def ready(self, wait=False):
         while self._pending:

@@ -511,6 +511,10 @@ pub struct OpCall {
     mode: Option<Py<PyAny>>,
     /// A probe run (read once from the recorder): ops' outputs are digested.
     probe: bool,
+    /// `torch._C.DisableTorchFunction`: the log's reads of an op's tensors (`requires_grad`,
+    /// `grad_fn`, ...) are made under it, so that a function mode of the user's below this one
+    /// (an op counter, `torch.device(...)`) sees the user's ops only.
+    own_reads: Py<PyAny>,
 }
 
 #[pymethods]
@@ -526,6 +530,11 @@ impl OpCall {
         let probe = recorder.bind(py).try_borrow().is_ok_and(|r| r.inner.probe);
         Ok(OpCall {
             probe,
+            own_reads: py
+                .import("torch")?
+                .getattr("_C")?
+                .getattr("DisableTorchFunction")?
+                .unbind(),
             log,
             recorder,
             inside: 0.into(),
@@ -622,34 +631,41 @@ impl OpCall {
             None => func.call(&args, kwargs.as_ref()),
         };
         self.inside.fetch_sub(1, Relaxed);
-        let passive = self.passive.load(Relaxed);
-        match result {
+        if self.passive.load(Relaxed) {
+            return result;
+        }
+        let guard = self.own_reads.bind(py).call0().ok();
+        let entered = guard
+            .as_ref()
+            .is_some_and(|g| g.call_method0(pyo3::intern!(py, "__enter__")).is_ok());
+        match &result {
             Ok(out) => {
-                if !passive {
-                    if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
-                        if self.probe {
-                            if let Ok(mut rec) = self.recorder.bind(py).try_borrow_mut() {
-                                log.digest(py, &mut rec.inner, &func, &out);
-                            }
+                if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
+                    if self.probe {
+                        if let Ok(mut rec) = self.recorder.bind(py).try_borrow_mut() {
+                            log.digest(py, &mut rec.inner, &func, out);
                         }
-                        log.op(py, func, args, kwargs, out.clone());
                     }
+                    log.op(py, func, args, kwargs, out.clone());
                 }
-                Ok(out)
             }
             Err(e) => {
-                if !passive {
-                    if let (Ok(mut log), Ok(rec)) = (
-                        self.log.bind(py).try_borrow_mut(),
-                        self.recorder.bind(py).try_borrow_mut(),
-                    ) {
-                        let message = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-                        log.failed(py, rec, func, args, kwargs, &message);
-                    }
+                if let (Ok(mut log), Ok(rec)) = (
+                    self.log.bind(py).try_borrow_mut(),
+                    self.recorder.bind(py).try_borrow_mut(),
+                ) {
+                    let message = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+                    log.failed(py, rec, func, args, kwargs, &message);
                 }
-                Err(e)
             }
         }
+        if let (Some(g), true) = (guard, entered) {
+            let _ = g.call_method1(
+                pyo3::intern!(py, "__exit__"),
+                (py.None(), py.None(), py.None()),
+            );
+        }
+        result
     }
 }
 

@@ -3,6 +3,7 @@
     make bench            # everything
     python bench/run.py walk|step|op|watch|programs|graph|where|explain|merge|lint|install|repro|repro-all
     python bench/run.py programs --against DIR   # also another build of the package (before/after)
+    python bench/run.py programs --rounds 3      # runs per program (default 5)
 
 walk: an autograd graph of about 1,000,000 nodes: the Rust walk (`gradsleuth._core.walk`) vs a
       pure-Python BFS over `next_functions`, vs reading every node's `next_functions` once.
@@ -1260,6 +1261,11 @@ if __name__ == "__main__":
         i = args.index("--against")
         against = args[i + 1]
         del args[i : i + 2]
+    rounds = 5
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        rounds = int(args[i + 1])
+        del args[i : i + 2]
     which = args or [
         "walk", "step", "op", "watch", "programs", "graph", "where", "explain", "merge", "lint", "install", "repro",
         "bisect",
@@ -1276,7 +1282,7 @@ if __name__ == "__main__":
     if "watch" in which:
         bench_watch()
     if "programs" in which:
-        bench_programs(against=against)
+        bench_programs(rounds=rounds, against=against)
     if "graph" in which:
         bench_graph()
     if "where" in which:

@@ -7,7 +7,7 @@ script too). One CPU thread, so that a step's time is not a scheduling lottery.
 `GS_BENCH_OBSERVE=1` measures gradsleuth inside the program's own process, against its own
 plain iterations (this machine's speed differs between processes by more than the effects
 measured): iterations 0-14 run plain; at 15 the tracer `gradsleuth run` uses starts (its first
-iteration op-level, then the hook-only tier, then its hooks removed); from 30, blocks of 4
+iteration op-level, then five of the hook-only tier, then its hooks removed); from 30, blocks of 4
 iterations alternate plain and under `gradsleuth.watch()` (every optimizer, the global hooks;
 24 watched iterations, so one samples the update ratios). Each iteration's phase is written
 beside its time; starting and removing hooks happens between timed iterations.
@@ -31,6 +31,9 @@ _times: list[float] = []
 _phases: list[str] = []
 _out = os.environ.get("GS_BENCH_TIMES")
 OBSERVE_AT, WATCH_FROM, WATCH_BLOCK, WATCH_BLOCKS = 15, 30, 4, 12
+# The tracer's window: its op-level iteration, then five cheap-tier ones (enough for a mean
+# that is not one noisy iteration), then eight after its hooks are removed.
+OBSERVED_STEPS = 6
 
 
 class _Observer:
@@ -46,7 +49,7 @@ class _Observer:
         from gradsleuth._watch import Watch
 
         if i == OBSERVE_AT:
-            self.tracer = Tracer(Recorder("run", 3), 3).start()
+            self.tracer = Tracer(Recorder("run", OBSERVED_STEPS), OBSERVED_STEPS).start()
             return "op-level"
         if self.tracer is not None and not self.tracer.done:
             return "cheap"

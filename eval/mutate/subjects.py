@@ -326,6 +326,18 @@ SUBJECTS = [
         _LM,
     ),
     Subject(
+        "hf_llama_trainer",
+        "transformers",
+        "transformers.models.llama.modeling_llama",
+        _hf(
+            "LlamaForCausalLM",
+            "LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, "
+            "num_key_value_heads=1, vocab_size=100, max_position_embeddings=32)",
+        ),
+        _LM,
+        "trainer",
+    ),
+    Subject(
         "hf_t5",
         "transformers",
         "transformers.models.t5.modeling_t5",
@@ -359,6 +371,18 @@ SUBJECTS = [
             "max_position_embeddings=32, num_labels=3)",
         ),
         _TOKENS,
+    ),
+    Subject(
+        "hf_distilbert_trainer",
+        "transformers",
+        "transformers.models.distilbert.modeling_distilbert",
+        _hf(
+            "DistilBertForSequenceClassification",
+            "DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, vocab_size=100, "
+            "max_position_embeddings=32, num_labels=3)",
+        ),
+        _TOKENS,
+        "trainer",
     ),
     Subject(
         "hf_vit",
@@ -518,6 +542,51 @@ for step in range(STEPS):
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
     head_optimizer.step()
+''',
+    # The framework's loop: a Hugging Face `Trainer` subclass whose `compute_loss` is the
+    # subject's (the style of transformers' own examples and TRL); the optimizer, clipping,
+    # zero_grad and backward are the Trainer's.
+    "trainer": '''
+from transformers import Trainer, TrainingArguments  # noqa: E402
+
+
+class Steps(torch.utils.data.Dataset):
+    """Step numbers: each training step builds its own batch."""
+
+    def __len__(self):
+        return STEPS
+
+    def __getitem__(self, i):
+        return i
+
+
+class LossTrainer(Trainer):
+    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+        loss = compute_loss(model, make_batch(int(inputs["step"][0])))
+        return (loss, None) if return_outputs else loss
+
+
+args = TrainingArguments(
+    output_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer_out"),
+    per_device_train_batch_size=1,
+    max_steps=STEPS,
+    learning_rate=1e-3,
+    max_grad_norm=1.0,
+    lr_scheduler_type="constant",
+    save_strategy="no",
+    logging_strategy="no",
+    report_to=[],
+    use_cpu=True,
+    disable_tqdm=True,
+    seed=0,
+)
+trainer = LossTrainer(
+    model=model,
+    args=args,
+    train_dataset=Steps(),
+    data_collator=lambda items: {"step": torch.tensor(items)},
+)
+trainer.train()
 ''',
 }
 

@@ -787,7 +787,8 @@ def bench_programs(rounds=5, against=None):
         for b in builds:
             ratios = {c: statistics.median(r[c] for r, _ in got[b]) for c in cols}
             rows[b].append((name, statistics.median(p for _, p in got[b]) * 1e3, ratios))
-    print(f"{'program':11}{'plain ms/it':>12}" + "".join(f"{c:>15}" for c in cols))
+    w = max(len(n) for n in PROGRAMS) + 1
+    print(f"{'program':{w}}{'plain ms/it':>12}" + "".join(f"{c:>15}" for c in cols))
     for b in builds:
         if len(builds) > 1:
             print(f"-- {b}")
@@ -796,9 +797,9 @@ def bench_programs(rounds=5, against=None):
             for c in cols:
                 if ratios[c] == ratios[c]:
                     worst[c] = max(worst[c], ratios[c])
-            print(f"{name:11}{ms:12.1f}" + "".join(f"{ratios[c]:14.2f}x" for c in cols))
-        print("worst:     " + " " * 12 + "".join(f"{worst[c]:14.2f}x" for c in cols))
-    print("goals:     " + " " * 12 + "".join(f"{'<=' + format(PROGRAM_GOALS[c], '.2f'):>14}x" for c in cols))
+            print(f"{name:{w}}{ms:12.1f}" + "".join(f"{ratios[c]:14.2f}x" for c in cols))
+        print(f"{'worst:':{w}}" + " " * 12 + "".join(f"{worst[c]:14.2f}x" for c in cols))
+    print(f"{'goals:':{w}}" + " " * 12 + "".join(f"{'<=' + format(PROGRAM_GOALS[c], '.2f'):>14}x" for c in cols))
 
 
 def bench_where(repeats=5):

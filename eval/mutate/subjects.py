@@ -282,6 +282,18 @@ def _hf(cls, config):
     return f"from transformers import {config.split('(')[0]}\nmodel = M.{cls}({config})\n"
 
 
+# Models that appear in two loop styles (their own loop and the HF Trainer's).
+_LLAMA = _hf(
+    "LlamaForCausalLM",
+    "LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, "
+    "num_key_value_heads=1, vocab_size=100, max_position_embeddings=32)",
+)
+_DISTILBERT = _hf(
+    "DistilBertForSequenceClassification",
+    "DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, vocab_size=100, "
+    "max_position_embeddings=32, num_labels=3)",
+)
+
 SUBJECTS = [
     Subject(
         "hf_bert_cls",
@@ -318,22 +330,14 @@ SUBJECTS = [
         "hf_llama",
         "transformers",
         "transformers.models.llama.modeling_llama",
-        _hf(
-            "LlamaForCausalLM",
-            "LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, "
-            "num_key_value_heads=1, vocab_size=100, max_position_embeddings=32)",
-        ),
+        _LLAMA,
         _LM,
     ),
     Subject(
         "hf_llama_trainer",
         "transformers",
         "transformers.models.llama.modeling_llama",
-        _hf(
-            "LlamaForCausalLM",
-            "LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, "
-            "num_key_value_heads=1, vocab_size=100, max_position_embeddings=32)",
-        ),
+        _LLAMA,
         _LM,
         "trainer",
     ),
@@ -365,22 +369,14 @@ SUBJECTS = [
         "hf_distilbert",
         "transformers",
         "transformers.models.distilbert.modeling_distilbert",
-        _hf(
-            "DistilBertForSequenceClassification",
-            "DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, vocab_size=100, "
-            "max_position_embeddings=32, num_labels=3)",
-        ),
+        _DISTILBERT,
         _TOKENS,
     ),
     Subject(
         "hf_distilbert_trainer",
         "transformers",
         "transformers.models.distilbert.modeling_distilbert",
-        _hf(
-            "DistilBertForSequenceClassification",
-            "DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, vocab_size=100, "
-            "max_position_embeddings=32, num_labels=3)",
-        ),
+        _DISTILBERT,
         _TOKENS,
         "trainer",
     ),

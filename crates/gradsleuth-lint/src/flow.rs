@@ -7,15 +7,18 @@
 //! names: modules bound in the file (`model = Net()`), a module class's submodules and
 //! parameters (`self.encoder`), and function parameters, which a call site replaces by the
 //! arguments' own dependencies (a function is summarised once, by what its return value
-//! depends on). Branches and loops merge (an assignment inside them adds to what a name held).
+//! depends on). Branches and loops merge (an assignment inside them adds to what a name held),
+//! but every live source and every cut keeps the path condition it was made under
+//! ([`crate::path`]: which arm of which `if`).
 //!
-//! A cut is reported only when its source reaches *no* gradient path: for a `backward()`, the
-//! source is live in no `backward()` of the file and its parameters are given to an optimizer
-//! in the file (so a GAN's `fake.detach()`, a DQN's target network, an EMA teacher are not
-//! reported); for a `forward` return, the submodule is live in no return of that `forward` and
-//! is not named as a teacher/target/EMA copy.
+//! A cut is reported only when its source reaches *no* gradient path that the same call can
+//! take: for a `backward()`, the source is live in no `backward()` of the file on a compatible
+//! path and its parameters are given to an optimizer in the file (so a GAN's `fake.detach()`,
+//! a DQN's target network, an EMA teacher are not reported); for a `forward` return, the
+//! submodule is live in no return of that `forward` on a compatible path and is not named as a
+//! teacher/target/EMA copy.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{
@@ -24,6 +27,7 @@ use ruff_python_ast::{
 use ruff_text_size::{Ranged, TextRange};
 
 use crate::checker::{disables_grad, dotted, Checker};
+use crate::path::{is_deliberate, Ctx, Paths, FALSE, TRUE};
 
 /// How a gradient path was cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -81,49 +85,134 @@ pub const INFERENCE: &str = "<inference tensor>";
 const MAX_SOURCES: usize = 64;
 const MAX_CUTS: usize = 8;
 
-/// What a value depends on.
+/// What a value depends on, each source and cut with the path condition it was made under.
 #[derive(Debug, Default, Clone)]
 struct Deps {
-    live: BTreeSet<String>,
-    cut: BTreeMap<String, BTreeSet<Cut>>,
+    live: BTreeMap<String, Paths>,
+    cut: BTreeMap<String, BTreeMap<Cut, Ctx>>,
 }
 
 impl Deps {
-    fn source(name: &str) -> Self {
+    fn source(name: &str, path: &Ctx) -> Self {
         let mut d = Deps::default();
-        d.live.insert(name.to_owned());
+        d.live.insert(name.to_owned(), Paths::one(path.clone()));
         d
     }
 
-    fn union(&mut self, other: Deps) {
-        for s in other.live {
-            if self.live.len() < MAX_SOURCES {
-                self.live.insert(s);
+    fn add_live(&mut self, source: String, ctx: Paths) {
+        let room = self.live.len() < MAX_SOURCES;
+        match self.live.get_mut(&source) {
+            Some(c) => c.or(ctx),
+            None if room => {
+                self.live.insert(source, ctx);
             }
+            None => {}
+        }
+    }
+
+    fn union(&mut self, other: Deps) {
+        for (s, ctx) in other.live {
+            self.add_live(s, ctx);
         }
         for (s, cuts) in other.cut {
             self.add_cuts(s, cuts);
         }
     }
 
-    fn add_cuts(&mut self, source: String, cuts: BTreeSet<Cut>) {
+    fn add_cuts(&mut self, source: String, cuts: BTreeMap<Cut, Ctx>) {
         if self.cut.len() >= MAX_SOURCES && !self.cut.contains_key(&source) {
             return;
         }
         let entry = self.cut.entry(source).or_default();
-        for c in cuts {
-            if entry.len() < MAX_CUTS {
-                entry.insert(c);
+        for (c, ctx) in cuts {
+            let room = entry.len() < MAX_CUTS;
+            match entry.get_mut(&c) {
+                Some(old) => old.either(&ctx),
+                None if room => {
+                    entry.insert(c, ctx);
+                }
+                None => {}
             }
         }
     }
 
-    /// Every live source becomes cut by `cuts`.
-    fn cut_by(mut self, cuts: &BTreeSet<Cut>) -> Deps {
-        for s in std::mem::take(&mut self.live) {
-            self.add_cuts(s, cuts.clone());
+    /// Every live source becomes cut by `cuts` (on the paths where both hold).
+    fn cut_by(mut self, cuts: &BTreeMap<Cut, Ctx>) -> Deps {
+        for (s, sctx) in std::mem::take(&mut self.live) {
+            let both: BTreeMap<Cut, Ctx> = cuts
+                .iter()
+                .filter_map(|(c, cctx)| sctx.and(cctx).map(|x| (*c, x.joined())))
+                .collect();
+            self.add_cuts(s, both);
         }
         self
+    }
+
+    /// Everything here, on the paths that also satisfy `ctx` (what cannot is dropped).
+    fn constrain(self, ctx: &Ctx) -> Deps {
+        let mut out = Deps::default();
+        for (s, c) in self.live {
+            if let Some(c) = c.and(ctx) {
+                out.add_live(s, c);
+            }
+        }
+        for (s, cuts) in self.cut {
+            let cuts = cuts
+                .into_iter()
+                .filter_map(|(cut, c)| c.and(ctx).map(|c| (cut, c)))
+                .collect();
+            out.add_cuts(s, cuts);
+        }
+        out
+    }
+
+    /// A value a `return` gives on `path`. A cut made in an arm that ends in that return is
+    /// an alternative output of the function, a mode (`if return_features: return
+    /// feats.detach()`), not a rival of the computation after the `if`: the tests of such
+    /// arms (`free`) do not constrain its cuts.
+    fn returned(self, path: &Ctx, free: &[u64]) -> Deps {
+        let cut_path = path.without(free);
+        let mut out = Deps::default();
+        for (s, c) in self.live {
+            if let Some(c) = c.and(path) {
+                out.add_live(s, c);
+            }
+        }
+        for (s, cuts) in self.cut {
+            let cuts = cuts
+                .into_iter()
+                .filter_map(|(cut, c)| c.without(free).and(&cut_path).map(|c| (cut, c)))
+                .collect();
+            out.add_cuts(s, cuts);
+        }
+        out
+    }
+
+    /// A callee's summary as seen from one call (see [`Ctx::at_call`]).
+    fn at_call(self, site: u64, repeated: bool) -> Deps {
+        Deps {
+            live: self
+                .live
+                .into_iter()
+                .map(|(s, c)| (s, c.at_call(site, repeated)))
+                .collect(),
+            cut: self
+                .cut
+                .into_iter()
+                .map(|(s, cuts)| {
+                    let cuts = cuts
+                        .into_iter()
+                        .map(|(cut, c)| (cut, c.at_call(site, repeated)))
+                        .collect();
+                    (s, cuts)
+                })
+                .collect(),
+        }
+    }
+
+    /// The value is exactly the source `name` (a model bound to a name).
+    fn is_whole(&self, name: &str) -> bool {
+        self.cut.is_empty() && self.live.len() == 1 && self.live.contains_key(name)
     }
 
     /// `part` of what this value is (`.bert` of a model passed in): a source of its own when
@@ -131,23 +220,20 @@ impl Deps {
     fn part(self, part: Option<&str>) -> Deps {
         match part {
             Some(p) if self.cut.is_empty() && self.live.len() == 1 => {
-                let whole = self
-                    .live
-                    .iter()
-                    .next()
-                    .map(String::as_str)
-                    .unwrap_or_default();
-                Deps::source(&format!("{whole}.{p}"))
+                let (whole, ctx) = self.live.into_iter().next().unwrap_or_default();
+                let mut d = Deps::default();
+                d.live.insert(format!("{whole}.{p}"), ctx);
+                d
             }
             _ => self,
         }
     }
 
-    fn cut_all(self, kind: CutKind, range: TextRange) -> Deps {
+    fn cut_all(self, kind: CutKind, range: TextRange, path: &Ctx) -> Deps {
         if self.live.is_empty() {
             return self;
         }
-        self.cut_by(&BTreeSet::from([Cut::new(kind, range)]))
+        self.cut_by(&BTreeMap::from([(Cut::new(kind, range), path.clone())]))
     }
 }
 
@@ -162,6 +248,12 @@ struct Frame {
     /// The function returns a loss a framework calls backward on, maybe with more beside it
     /// (`(loss, outputs)`, `{"loss": loss, ...}`): only the loss counts as returned.
     loss_return: bool,
+    /// The `if` outcomes on the path to the statement being evaluated.
+    path: Ctx,
+    /// How many loops (of this function) enclose it: a test inside one constrains nothing.
+    loops: u32,
+    /// The tests of the enclosing arms that end in a `return` (see [`Deps::returned`]).
+    free: Vec<u64>,
 }
 
 impl Frame {
@@ -424,6 +516,9 @@ impl<'a, 'c> Flow<'a, 'c> {
             inference: false,
             returns: Deps::default(),
             loss_return: false,
+            path: Ctx::default(),
+            loops: 0,
+            free: Vec::new(),
         };
         flow.block(&module.body, &mut top);
         let functions: Vec<&'a StmtFunctionDef> = flow.functions.values().copied().collect();
@@ -536,21 +631,24 @@ impl<'a, 'c> Flow<'a, 'c> {
     fn report(&self) -> Vec<FlowCut> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        let live_anywhere: HashSet<&String> =
+        let live_anywhere: Vec<(&String, &Paths)> =
             self.backwards.iter().flat_map(|d| d.live.iter()).collect();
         for d in &self.backwards {
             for (source, cuts) in &d.cut {
                 let inference = source == INFERENCE && !self.optimized.is_empty();
                 let part = source.split_once('.').filter(|(root, _)| *root != "self");
                 if !inference
-                    && (live_anywhere.iter().any(|l| overlaps(l, source))
-                        || !self.is_optimized(source)
+                    && (!self.is_optimized(source)
                         || part.is_some_and(|(_, attr)| is_untrained_copy(attr)))
                 {
                     continue;
                 }
-                for c in cuts {
-                    if seen.insert(*c) {
+                for (c, ctx) in cuts {
+                    // A use that trains the source on a path the cut's can share.
+                    let trained = live_anywhere
+                        .iter()
+                        .any(|(l, lctx)| overlaps(l, source) && lctx.compatible(ctx));
+                    if (inference || !trained) && seen.insert(*c) {
                         out.push(FlowCut {
                             cut: *c,
                             source: source.clone(),
@@ -563,14 +661,17 @@ impl<'a, 'c> Flow<'a, 'c> {
         for d in &self.forward_returns {
             for (source, cuts) in &d.cut {
                 if !source.starts_with("self.")
-                    || d.live.iter().any(|l| overlaps(l, source))
                     || is_untrained_copy(source)
                     || self.frozen.contains(source)
                 {
                     continue;
                 }
-                for c in cuts {
-                    if seen.insert(*c) {
+                for (c, ctx) in cuts {
+                    let trained = d
+                        .live
+                        .iter()
+                        .any(|(l, lctx)| overlaps(l, source) && lctx.compatible(ctx));
+                    if !trained && seen.insert(*c) {
                         out.push(FlowCut {
                             cut: *c,
                             source: source.clone(),
@@ -600,9 +701,14 @@ impl<'a, 'c> Flow<'a, 'c> {
             inference: false,
             returns: Deps::default(),
             loss_return: false,
+            path: Ctx::default(),
+            loops: 0,
+            free: Vec::new(),
         };
         for p in param_names(&f.parameters) {
-            frame.env.insert(p.clone(), Deps::source(&p));
+            frame
+                .env
+                .insert(p.clone(), Deps::source(&p, &Ctx::default()));
         }
         if class.is_some() {
             frame.env.remove("self");
@@ -617,7 +723,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         let mut ret = frame.returns;
         for d in &f.decorator_list {
             if disables_grad(&d.expression) {
-                ret = ret.cut_all(CutKind::NoGrad, d.range());
+                ret = ret.cut_all(CutKind::NoGrad, d.range(), &Ctx::default());
             }
         }
         let is_forward = f.name.id.as_str() == "forward"
@@ -657,6 +763,81 @@ impl<'a, 'c> Flow<'a, 'c> {
         fr.env = out;
     }
 
+    /// An `if`/`elif`/`else`: each arm runs from the state before it, on the path where its
+    /// test was true and every earlier test false (a test is its own condition: `elif` is an
+    /// `if` inside the `else`). Afterwards each name holds what any arm that did not return
+    /// left in it, on the path that joins those arms (see [`crate::path`]).
+    fn if_stmt(&mut self, i: &'a ruff_python_ast::StmtIf, fr: &mut Frame) {
+        let mut tests: Vec<Option<&'a Expr>> = vec![Some(&i.test)];
+        let mut bodies: Vec<&'a [Stmt]> = vec![&i.body];
+        for c in &i.elif_else_clauses {
+            tests.push(c.test.as_ref());
+            bodies.push(&c.body);
+        }
+        let has_else = i.elif_else_clauses.last().is_some_and(|c| c.test.is_none());
+        let start = fr.env.clone();
+        let start_path = fr.path.clone();
+        let mut before = start_path.clone(); // every earlier test false
+        let mut keys = Vec::new(); // the tests so far that constrain
+        let mut out: Option<HashMap<String, Deps>> = None;
+        let mut paths = Vec::new();
+        for (test, body) in tests.iter().zip(bodies.iter()) {
+            fr.env = start.clone();
+            fr.path = before.clone();
+            let mut arm = before.clone();
+            if let Some(t) = test {
+                self.expr(t, fr);
+                let key = site_of(t);
+                if fr.loops == 0 && !is_deliberate(t) {
+                    arm = before.with(key, TRUE);
+                    before = before.with(key, FALSE);
+                    keys.push(key);
+                }
+            }
+            let returns = terminates(body);
+            let free = fr.free.len();
+            if returns {
+                // Every test that chose this arm (see `Deps::returned`).
+                fr.free.extend(keys.iter().copied());
+            }
+            fr.env = start.clone();
+            fr.path = arm;
+            self.block(body, fr);
+            fr.free.truncate(free);
+            if !returns {
+                // A name the arm assigns holds, after the `if`, what came through this arm:
+                // on this arm's path. (A name it leaves alone, and every name on the path
+                // where no arm ran, stays free: `if cond: h = h.detach()` keeps `h`'s live
+                // use compatible with its cut.)
+                let mut assigned = Assigned(HashSet::new());
+                for st in body.iter() {
+                    assigned.visit_stmt(st);
+                }
+                for name in assigned.0 {
+                    if let Some(d) = fr.env.remove(&name) {
+                        fr.env.insert(name, d.constrain(&fr.path));
+                    }
+                }
+                paths.push(std::mem::take(&mut fr.path));
+                match &mut out {
+                    Some(o) => merge_env(o, std::mem::take(&mut fr.env)),
+                    None => out = Some(std::mem::take(&mut fr.env)),
+                }
+            }
+        }
+        if !has_else {
+            // No arm ran: every test was false.
+            paths.push(before);
+            match &mut out {
+                Some(o) => merge_env(o, start.clone()),
+                None => out = Some(start.clone()),
+            }
+        }
+        // Every arm returned: what follows is unreachable from here, evaluate it as before.
+        fr.env = out.unwrap_or(start);
+        fr.path = Ctx::after(&paths).unwrap_or(start_path);
+    }
+
     /// A loop body: run twice (a value carried to the next iteration reaches its uses), and
     /// merged with the state before it (the loop may not run at all).
     fn looped(&mut self, target: Option<(&'a Expr, &Deps)>, body: &'a [Stmt], fr: &mut Frame) {
@@ -673,13 +854,13 @@ impl<'a, 'c> Flow<'a, 'c> {
     fn under_no_grad(&self, d: Deps, fr: &Frame) -> Deps {
         match fr.no_grad {
             Some(r) => {
-                let mut d = d.cut_all(CutKind::NoGrad, r);
+                let mut d = d.cut_all(CutKind::NoGrad, r, &fr.path);
                 if fr.inference {
                     // Even a value made from data alone is an inference tensor: backward
                     // fails wherever an op saves it.
                     d.add_cuts(
                         INFERENCE.to_owned(),
-                        BTreeSet::from([Cut::new(CutKind::NoGrad, r)]),
+                        BTreeMap::from([(Cut::new(CutKind::NoGrad, r), fr.path.clone())]),
                     );
                 }
                 d
@@ -701,7 +882,8 @@ impl<'a, 'c> Flow<'a, 'c> {
         if self.ck.constructs_module(value) || named_model {
             self.expr(value, fr);
             if let Expr::Name(n) = target {
-                fr.bind(n.id.as_str(), Deps::source(n.id.as_str()));
+                let d = Deps::source(n.id.as_str(), &fr.path);
+                fr.bind(n.id.as_str(), d);
             }
             return;
         }
@@ -777,29 +959,23 @@ impl<'a, 'c> Flow<'a, 'c> {
                         self.expr(v, fr)
                     };
                     let d = self.under_no_grad(d, fr);
-                    fr.returns.union(d);
+                    // Returned on this path only.
+                    fr.returns.union(d.returned(&fr.path, &fr.free));
                 }
             }
-            Stmt::If(i) => {
-                self.expr(&i.test, fr);
-                let mut bodies: Vec<&'a [Stmt]> = vec![&i.body];
-                for c in &i.elif_else_clauses {
-                    if let Some(t) = &c.test {
-                        self.expr(t, fr);
-                    }
-                    bodies.push(&c.body);
-                }
-                let has_else = i.elif_else_clauses.last().is_some_and(|c| c.test.is_none());
-                self.branches(&bodies, !has_else, fr);
-            }
+            Stmt::If(i) => self.if_stmt(i, fr),
             Stmt::For(f) => {
                 let d = self.expr(&f.iter, fr);
+                fr.loops += 1;
                 self.looped(Some((&f.target, &d)), &f.body, fr);
+                fr.loops -= 1;
                 self.block(&f.orelse, fr);
             }
             Stmt::While(w) => {
                 self.expr(&w.test, fr);
+                fr.loops += 1;
                 self.looped(None, &w.body, fr);
+                fr.loops -= 1;
                 self.block(&w.orelse, fr);
             }
             Stmt::With(w) => {
@@ -867,7 +1043,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if let Some(d) = fr.env.get(id) {
                     d.clone()
                 } else if self.module_vars.contains(id) {
-                    Deps::source(id)
+                    Deps::source(id, &fr.path)
                 } else {
                     Deps::default()
                 }
@@ -877,7 +1053,9 @@ impl<'a, 'c> Flow<'a, 'c> {
                     return Deps::default();
                 }
                 if a.attr.id.as_str() == "data" {
-                    return self.expr(&a.value, fr).cut_all(CutKind::Data, e.range());
+                    return self
+                        .expr(&a.value, fr)
+                        .cut_all(CutKind::Data, e.range(), &fr.path);
                 }
                 if let (Expr::Name(n), Some(class)) = (a.value.as_ref(), &fr.class) {
                     if n.id.as_str() == "self" {
@@ -887,7 +1065,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                             .get(class)
                             .is_some_and(|s| s.contains(attr))
                         {
-                            return Deps::source(&format!("self.{attr}"));
+                            return Deps::source(&format!("self.{attr}"), &fr.path);
                         }
                         // A method passed as a value (`apply_chunking_to_forward(self.ff_chunk,
                         // ...)`): what its result depends on, apart from its arguments.
@@ -900,9 +1078,9 @@ impl<'a, 'c> Flow<'a, 'c> {
                                     .into_iter()
                                     .filter(|p| p != "self")
                                     .collect();
-                                sum.live.retain(|s| of_param(s, &params).is_none());
+                                sum.live.retain(|s, _| of_param(s, &params).is_none());
                                 sum.cut.retain(|s, _| of_param(s, &params).is_none());
-                                return sum;
+                                return sum.at_call(site_of(e), fr.loops > 0).constrain(&fr.path);
                             }
                         }
                         return Deps::default();
@@ -914,11 +1092,11 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if let Expr::Name(n) = a.value.as_ref() {
                     let id = n.id.as_str();
                     let whole = match fr.env.get(id) {
-                        Some(d) => d.cut.is_empty() && d.live.len() == 1 && d.live.contains(id),
+                        Some(d) => d.is_whole(id),
                         None => self.module_vars.contains(id),
                     };
                     if whole && id != "self" {
-                        return Deps::source(&format!("{id}.{}", a.attr.id));
+                        return Deps::source(&format!("{id}.{}", a.attr.id), &fr.path);
                     }
                 }
                 self.expr(&a.value, fr)
@@ -928,7 +1106,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 let d = self.expr(&c.left, fr);
                 let mut d = d;
                 d.union(self.all(c.comparators.iter(), fr));
-                d.cut_all(CutKind::NonDiff, e.range())
+                d.cut_all(CutKind::NonDiff, e.range(), &fr.path)
             }
             Expr::BinOp(b) => {
                 let mut d = self.expr(&b.left, fr);
@@ -1006,14 +1184,14 @@ impl<'a, 'c> Flow<'a, 'c> {
             // adds only what the gradient depends on).
             if self_attr && matches!(attr, "manual_backward" | "backward") {
                 let d = self.args(c, fr);
-                self.backwards.push(d);
+                self.backwards.push(d.constrain(&fr.path));
                 return Deps::default();
             }
             match if self_attr { "" } else { attr } {
                 "backward" if !namespace => {
                     let mut d = self.expr(&a.value, fr);
                     d.union(self.args(c, fr));
-                    self.backwards.push(d);
+                    self.backwards.push(d.constrain(&fr.path));
                     return Deps::default();
                 }
                 // A copy made outside the block is an ordinary tensor.
@@ -1024,13 +1202,17 @@ impl<'a, 'c> Flow<'a, 'c> {
                     return d;
                 }
                 "detach" | "detach_" if !namespace && no_args => {
-                    return self.expr(&a.value, fr).cut_all(CutKind::Detach, e.range());
+                    return self
+                        .expr(&a.value, fr)
+                        .cut_all(CutKind::Detach, e.range(), &fr.path);
                 }
                 _ if ITEM_METHODS.contains(&attr) && !namespace && no_args => {
                     // `t.detach().cpu().numpy()`: the round trip is the cut, the `.detach()`
                     // on the way only its first step.
                     let base = host_chain_base(&a.value);
-                    return self.expr(base, fr).cut_all(CutKind::Item, e.range());
+                    return self
+                        .expr(base, fr)
+                        .cut_all(CutKind::Item, e.range(), &fr.path);
                 }
                 _ if NON_DIFF_METHODS.contains(&attr) => {
                     let d = if namespace {
@@ -1040,7 +1222,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                         self.args(c, fr);
                         d
                     };
-                    return d.cut_all(CutKind::NonDiff, e.range());
+                    return d.cut_all(CutKind::NonDiff, e.range(), &fr.path);
                 }
                 _ if SHAPE_METHODS.contains(&attr) && !namespace => {
                     self.expr(&a.value, fr);
@@ -1066,13 +1248,13 @@ impl<'a, 'c> Flow<'a, 'c> {
             | "torch.LongTensor" => {
                 let d = self.all(c.arguments.args.iter(), fr);
                 self.all(c.arguments.keywords.iter().map(|k| &k.value), fr);
-                return d.cut_all(CutKind::Rewrap, e.range());
+                return d.cut_all(CutKind::Rewrap, e.range(), &fr.path);
             }
             "float" | "int" | "bool" => {
-                return self.args(c, fr).cut_all(CutKind::Item, e.range());
+                return self.args(c, fr).cut_all(CutKind::Item, e.range(), &fr.path);
             }
             "np.array" | "np.asarray" | "numpy.array" | "numpy.asarray" => {
-                return self.args(c, fr).cut_all(CutKind::Item, e.range());
+                return self.args(c, fr).cut_all(CutKind::Item, e.range(), &fr.path);
             }
             "torch.autograd.backward" | "torch.autograd.grad" | "autograd.grad" => {
                 let d = c
@@ -1104,7 +1286,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                     })
                 });
                 if name == "torch.autograd.backward" || wrt_params {
-                    self.backwards.push(d.clone());
+                    self.backwards.push(d.clone().constrain(&fr.path));
                 }
                 if name == "torch.autograd.backward" {
                     return Deps::default();
@@ -1120,7 +1302,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 return if create_graph {
                     d
                 } else {
-                    d.cut_all(CutKind::NoCreateGraph, e.range())
+                    d.cut_all(CutKind::NoCreateGraph, e.range(), &fr.path)
                 };
             }
             n if OPAQUE_BUILTINS.contains(&n) => {
@@ -1169,16 +1351,23 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         let params: HashSet<String> = params.into_iter().collect();
+        // The callee's `if` tests as seen from this call; what its arguments carry already
+        // holds the caller's path, what it reads itself gets it here.
+        let summary = summary.at_call(site_of(&c.func), fr.loops > 0);
         let mut out = Deps::default();
-        for s in summary.live {
+        for (s, ctx) in summary.live {
             match of_param(&s, &params) {
                 Some((p, part)) => {
                     if let Some(d) = bound.get(p) {
-                        out.union(d.clone().part(part));
+                        for c in ctx.iter() {
+                            out.union(d.clone().part(part).constrain(c));
+                        }
                     }
                 }
                 None => {
-                    out.live.insert(s);
+                    if let Some(ctx) = ctx.and(&fr.path) {
+                        out.add_live(s, ctx);
+                    }
                 }
             }
         }
@@ -1189,10 +1378,69 @@ impl<'a, 'c> Flow<'a, 'c> {
                         out.union(d.clone().part(part).cut_by(&cuts));
                     }
                 }
-                None => out.add_cuts(s, cuts),
+                None => {
+                    let cuts = cuts
+                        .into_iter()
+                        .filter_map(|(cut, ctx)| ctx.and(&fr.path).map(|x| (cut, x)))
+                        .collect();
+                    out.add_cuts(s, cuts);
+                }
             }
         }
         out
+    }
+}
+
+/// The plain names a block assigns (at any depth, not inside nested functions or classes).
+struct Assigned(HashSet<String>);
+
+impl<'a> Visitor<'a> for Assigned {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        let targets: Vec<&Expr> = match s {
+            Stmt::FunctionDef(_) | Stmt::ClassDef(_) => return,
+            Stmt::Assign(a) => a.targets.iter().collect(),
+            Stmt::AugAssign(a) => vec![&a.target],
+            Stmt::AnnAssign(a) => vec![&a.target],
+            Stmt::For(f) => vec![&f.target],
+            _ => Vec::new(),
+        };
+        for t in targets {
+            self.names(t);
+        }
+        visitor::walk_stmt(self, s);
+    }
+}
+
+impl Assigned {
+    fn names(&mut self, t: &Expr) {
+        match t {
+            Expr::Name(n) => {
+                self.0.insert(n.id.to_string());
+            }
+            Expr::Tuple(t) => t.elts.iter().for_each(|e| self.names(e)),
+            Expr::List(l) => l.elts.iter().for_each(|e| self.names(e)),
+            Expr::Starred(s) => self.names(&s.value),
+            _ => {}
+        }
+    }
+}
+
+/// The identity of an `if` test or a call site in the file (its node's address).
+fn site_of(e: &Expr) -> u64 {
+    e as *const Expr as usize as u64
+}
+
+/// Whether a block never finishes normally: it ends in a `return` or `raise`, or in an `if`
+/// whose every arm (with an `else`) does.
+fn terminates(body: &[Stmt]) -> bool {
+    match body.last() {
+        Some(Stmt::Return(_) | Stmt::Raise(_)) => true,
+        Some(Stmt::If(i)) => {
+            i.elif_else_clauses.last().is_some_and(|c| c.test.is_none())
+                && terminates(&i.body)
+                && i.elif_else_clauses.iter().all(|c| terminates(&c.body))
+        }
+        _ => false,
     }
 }
 

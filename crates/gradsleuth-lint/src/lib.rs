@@ -15,6 +15,7 @@ pub use xref::cross_reference;
 pub mod checker;
 pub mod config;
 pub mod flow;
+pub mod path;
 pub mod rules;
 
 use std::path::{Path, PathBuf};

@@ -142,4 +142,73 @@ mod tests {
         let src = "import torch.nn as nn\nfrom .esm import EsmModel\n\nclass Fold(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.esm = EsmModel(config)\n        self.esm.requires_grad_(False)\n        self.trunk = nn.Linear(4, 4)\n\n    def forward(self, x):\n        feats = self.esm(x).detach()\n        return self.trunk(feats)\n\nclass Probe(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n        self.backbone = EsmModel(config)\n        for p in self.backbone.parameters():\n            p.requires_grad = False\n        self.head = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.head(self.backbone(x).detach())\n";
         assert!(codes(src).is_empty());
     }
+
+    /// A module class with a backbone, a head and a forward body given by the test.
+    fn in_forward(body: &str) -> String {
+        format!("import torch\nimport torch.nn as nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.backbone = nn.Linear(4, 4)\n        self.head = nn.Linear(4, 2)\n        self.checkpointing = False\n\n{body}")
+    }
+
+    #[test]
+    fn a_cut_in_the_arm_that_trains_while_another_implementation_is_live() {
+        // timm's `if grad_checkpointing: checkpoint_seq(...) else: blocks(x)`: one call runs
+        // one arm; the cut in the plain arm is the bug even though the other arm is live.
+        let src = in_forward("    def forward(self, x):\n        if self.checkpointing and not torch.jit.is_scripting():\n            x = checkpoint(self.backbone, x)\n        else:\n            x = self.backbone(x)\n            x = x.detach()\n        return self.head(x)\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 16)]);
+        // `if a: ... elif b: ... else: <cut>`, and a value made before the `if` that only
+        // the arms use (a stem ahead of the blocks).
+        let src = in_forward("    def forward(self, x, mask=None):\n        x = self.backbone(x)\n        if mask is not None:\n            x = x * mask\n        elif self.checkpointing:\n            x = checkpoint(torch.relu, x)\n        else:\n            x = torch.relu(x).detach()\n        return self.head(x)\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 18)]);
+    }
+
+    #[test]
+    fn a_cut_after_a_fast_path_that_returns() {
+        // torch's TransformerEncoderLayer: the fused fast path returns early; the plain path
+        // after it is the one training runs.
+        let src = in_forward("    def forward(self, x):\n        why_not = \"\"\n        if x.dim() != 2:\n            why_not = \"dim\"\n        if not why_not:\n            return torch._fused(x, self.backbone.weight, self.backbone.bias)\n        h = self.backbone(x).detach()\n        return self.head(h)\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 17)]);
+    }
+
+    #[test]
+    fn a_helper_whose_chosen_arm_cuts() {
+        // timm's `global_pool_nlc(x, pool_type='token')`: an early return for no pooling, the
+        // token arm cut, the other pool types live.
+        let src = "import torch.nn as nn\n\ndef pool(x, pool_type='token'):\n    if not pool_type:\n        return x\n    if pool_type == 'token':\n        x = x[:, 0].detach()\n    else:\n        x = x.mean(dim=1)\n    return x\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.blocks = nn.Linear(4, 4)\n        self.head = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.head(pool(self.blocks(x), pool_type='token'))\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 7)]);
+    }
+
+    #[test]
+    fn a_configurable_stop_gradient_stays_quiet() {
+        // Without an `else`: the path where the test is false keeps the value live.
+        let src = in_forward("    def forward(self, x):\n        h = self.backbone(x)\n        if self.checkpointing:\n            h = h.detach()\n        return self.head(h)\n");
+        assert!(codes(&src).is_empty());
+        // A test that names the choice (freezing, a phase, training vs evaluation).
+        for test in [
+            "self.freeze_backbone",
+            "epoch < warmup_epochs",
+            "not self.training",
+            "self.mode == \"linear_probe\"",
+        ] {
+            let src = in_forward(&format!("    def forward(self, x, epoch=0, warmup_epochs=1):\n        if {test}:\n            h = self.backbone(x).detach()\n        else:\n            h = self.backbone(x)\n        return self.head(h)\n"));
+            assert!(codes(&src).is_empty(), "{test}");
+        }
+        // A test inside a loop: iterations may take different arms.
+        let src = in_forward("    def forward(self, x):\n        for i in range(3):\n            if i == 0:\n                x = self.backbone(x).detach()\n            else:\n                x = self.backbone(x)\n        return self.head(x)\n");
+        assert!(codes(&src).is_empty());
+        // An early return of detached features: a mode of the module, not the training path.
+        let src = in_forward("    def forward(self, x, return_features=False):\n        h = self.backbone(x)\n        if return_features:\n            return h.detach()\n        return self.head(h)\n");
+        assert!(codes(&src).is_empty());
+        let src = in_forward("    def forward(self, x, return_features=False):\n        h = self.backbone(x)\n        if not return_features:\n            return self.head(h)\n        else:\n            return h.detach()\n");
+        assert!(codes(&src).is_empty());
+    }
+
+    #[test]
+    fn a_helpers_choice_is_made_per_call() {
+        // Its test is per call: one call detaches, the other trains the backbone.
+        let src = in_forward("    def embed(self, x, sg):\n        if sg:\n            return self.backbone(x).detach()\n        return self.backbone(x)\n\n    def forward(self, a, b):\n        return self.head(self.embed(a, True)) + self.head(self.embed(b, False))\n");
+        assert!(codes(&src).is_empty());
+        // One call, its choice made by a flag: as an `if` in `forward` would be, the arm
+        // that cuts is reported (the backbone trains only under the other setting).
+        let src = in_forward("    def embed(self, x, sg):\n        if sg:\n            h = self.backbone(x).detach()\n        else:\n            h = self.backbone(x)\n        return h\n\n    def forward(self, a):\n        return self.head(self.embed(a, True))\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 13)]);
+    }
 }

@@ -91,11 +91,27 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
                 self.freezes = true;
             }
             if let Expr::Attribute(a) = c.func.as_ref() {
-                if matches!(
-                    a.attr.id.as_str(),
-                    "requires_grad_" | "freeze" | "eval_freeze"
-                ) {
-                    self.freezes = true;
+                match a.attr.id.as_str() {
+                    "freeze" | "eval_freeze" => self.freezes = true,
+                    // `x.requires_grad_()` / `(True)` asks for gradients (of data, for a
+                    // force or a saliency map): only `False`, or a flag, may freeze.
+                    "requires_grad_" => {
+                        let arg = c.arguments.args.first().or_else(|| {
+                            c.arguments
+                                .keywords
+                                .iter()
+                                .find(|k| {
+                                    k.arg
+                                        .as_ref()
+                                        .is_some_and(|n| n.id.as_str() == "requires_grad")
+                                })
+                                .map(|k| &k.value)
+                        });
+                        if arg.is_some_and(|v| !matches!(v, Expr::BooleanLiteral(b) if b.value)) {
+                            self.freezes = true;
+                        }
+                    }
+                    _ => {}
                 }
             }
             if is_optimizer_call(e) {
@@ -246,5 +262,22 @@ mod tests {
         assert!(codes(&frozen).is_empty());
         let whole = format!("{DETECTOR}opt = torch.optim.SGD(model.head.parameters(), lr=0.1)\nopt2 = torch.optim.SGD(model.parameters(), lr=0.1)\n");
         assert!(codes(&whole).is_empty());
+        // Freezing by a flag the file does not fix: maybe deliberate.
+        let flag = format!("{DETECTOR}model.neck.requires_grad_(train_neck)\nopt = torch.optim.SGD([{{'params': model.backbone.parameters()}}, {{'params': model.head.parameters()}}], lr=0.1)\n");
+        assert!(codes(&flag).is_empty());
+    }
+
+    #[test]
+    fn gradients_asked_of_data_are_not_freezing() {
+        // A force field: `x.requires_grad_(True)` for `autograd.grad(energy, x)` freezes
+        // nothing; the optimizer still leaves out the neck.
+        for ask in [
+            "x.requires_grad_()",
+            "x.requires_grad_(True)",
+            "x.requires_grad_(requires_grad=True)",
+        ] {
+            let src = format!("{DETECTOR}opt = torch.optim.SGD([{{'params': model.backbone.parameters()}}, {{'params': model.head.parameters()}}], lr=0.1)\n{ask}\n");
+            assert_eq!(codes(&src), vec![("GS323".into(), 12)], "{ask}");
+        }
     }
 }

@@ -498,18 +498,15 @@ fn returns_module(ck: &Checker, body: &[Stmt]) -> bool {
     })
 }
 
-/// Methods reachable from `forward` through `self.method(...)` calls.
+/// Methods reachable from `forward`: called (`self.method(...)`) or passed as a value to what
+/// calls them (`apply_chunking_to_forward(self.ff_chunk, ...)`, `checkpoint(self.inner, x)`).
 fn forward_helpers(c: &ruff_python_ast::StmtClassDef) -> HashSet<String> {
     struct Calls(Vec<String>);
     impl<'a> Visitor<'a> for Calls {
         fn visit_expr(&mut self, e: &'a Expr) {
-            if let Expr::Call(call) = e {
-                if let Some(name) = dotted(&call.func) {
-                    if let Some(m) = name.strip_prefix("self.") {
-                        if !m.contains('.') {
-                            self.0.push(m.to_owned());
-                        }
-                    }
+            if let Expr::Attribute(a) = e {
+                if matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") {
+                    self.0.push(a.attr.id.to_string());
                 }
             }
             visitor::walk_expr(self, e);

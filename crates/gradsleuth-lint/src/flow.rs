@@ -81,6 +81,9 @@ pub struct FlowCut {
 
 /// The pseudo-source of values made under `torch.inference_mode()`.
 pub const INFERENCE: &str = "<inference tensor>";
+/// The pseudo-source of a module built under `torch.inference_mode()`: its parameters are
+/// inference tensors.
+pub const INFERENCE_PARAMS: &str = "<module built under inference_mode>";
 
 const MAX_SOURCES: usize = 64;
 const MAX_CUTS: usize = 8;
@@ -635,7 +638,8 @@ impl<'a, 'c> Flow<'a, 'c> {
             self.backwards.iter().flat_map(|d| d.live.iter()).collect();
         for d in &self.backwards {
             for (source, cuts) in &d.cut {
-                let inference = source == INFERENCE && !self.optimized.is_empty();
+                let inference = (source == INFERENCE || source == INFERENCE_PARAMS)
+                    && !self.optimized.is_empty();
                 let part = source.split_once('.').filter(|(root, _)| *root != "self");
                 if !inference
                     && (!self.is_optimized(source)
@@ -882,7 +886,13 @@ impl<'a, 'c> Flow<'a, 'c> {
         if self.ck.constructs_module(value) || named_model {
             self.expr(value, fr);
             if let Expr::Name(n) = target {
-                let d = Deps::source(n.id.as_str(), &fr.path);
+                let mut d = Deps::source(n.id.as_str(), &fr.path);
+                if let (Some(r), true) = (fr.no_grad, fr.inference) {
+                    d.add_cuts(
+                        INFERENCE_PARAMS.to_owned(),
+                        BTreeMap::from([(Cut::new(CutKind::NoGrad, r), fr.path.clone())]),
+                    );
+                }
                 fr.bind(n.id.as_str(), d);
             }
             return;

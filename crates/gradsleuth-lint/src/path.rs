@@ -126,7 +126,7 @@ impl Ctx {
 
 /// Alternative path conditions (a value made in two arms of one `if`), kept apart up to a
 /// few: `(a) or (not a and b)` must stay exclusive with `not a and not b`, which one joined
-/// condition cannot say. Past [`Paths::MAX`] the closest are joined (compatible with more:
+/// condition cannot say. Past `Paths::MAX` the closest are joined (compatible with more:
 /// quieter).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Paths(Vec<Ctx>);
@@ -200,7 +200,7 @@ impl Paths {
 /// Words in a test that make its arms a deliberate choice of where gradients stop (freezing,
 /// a training phase, a probe, an explicit stop-gradient flag) or a difference between
 /// training and evaluation, rather than two implementations of one computation.
-const DELIBERATE: &[&str] = &[
+pub const DELIBERATE: &[&str] = &[
     "freeze",
     "frozen",
     "detach",

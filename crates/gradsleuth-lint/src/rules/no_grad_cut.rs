@@ -8,6 +8,15 @@ use crate::flow::FlowCut;
 pub const RULE: Rule = Rule { code: "GS319" };
 
 pub fn report(ck: &mut Checker, cut: &FlowCut) {
+    if cut.source == crate::flow::INFERENCE_PARAMS {
+        let loc = ck.location(&cut.cut.range());
+        ck.report(
+            RULE.finding("A model built under `torch.inference_mode()` is trained: its parameters are inference tensors, so backward fails (\"Inference tensors cannot be saved for backward\") and no weight gets a gradient.")
+                .at(Some(loc))
+                .fix("Build the model outside `torch.inference_mode()` (use it only around evaluation)."),
+        );
+        return;
+    }
     if cut.source == crate::flow::INFERENCE {
         let loc = ck.location(&cut.cut.range());
         ck.report(
@@ -34,6 +43,18 @@ mod tests {
     fn flags_a_no_grad_block_in_forward() {
         let src = "import torch\nimport torch.nn as nn\n\nclass Scorer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.text = nn.Linear(6, 4)\n        self.image = nn.Linear(8, 4)\n\n    def forward(self, image, tokens):\n        with torch.no_grad():\n            t = self.text(tokens)\n        return (self.image(image) * t).sum(-1)\n";
         assert_eq!(codes(src), vec![("GS319".into(), 11)]);
+    }
+
+    #[test]
+    fn flags_a_model_built_under_inference_mode_and_trained() {
+        let src = "import torch\nimport torch.nn as nn\n\nwith torch.inference_mode():\n    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in data:\n    loss = model(x).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS319".into(), 4)]);
+        // Built for inference only (no optimizer, no backward): fine.
+        let serve = "import torch\nimport torch.nn as nn\n\nwith torch.inference_mode():\n    model = nn.Linear(4, 1)\n    print(model(torch.randn(2, 4)))\n";
+        assert!(codes(serve).is_empty());
+        // Under `no_grad`, parameters are ordinary leaves: fine.
+        let no_grad = src.replace("inference_mode", "no_grad");
+        assert!(codes(&no_grad).is_empty());
     }
 
     #[test]

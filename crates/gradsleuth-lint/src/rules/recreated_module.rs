@@ -35,6 +35,14 @@ mod tests {
     }
 
     #[test]
+    fn flags_layers_built_in_a_method_forward_hands_on() {
+        // DistilBERT's `apply_chunking_to_forward(self.ff_chunk, ...)`, a checkpointed inner
+        // method: they run on every forward as a `self.method(...)` call would.
+        let src = "class FFN(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self.lin1 = nn.Linear(d, d)\n\n    def forward(self, x):\n        return apply_chunking_to_forward(self.ff_chunk, 0, 1, x)\n\n    def ff_chunk(self, x):\n        return nn.Linear(self.lin1.in_features, self.lin1.out_features)(x)\n\n    def reset(self):\n        self.lin1 = nn.Linear(4, 4)\n";
+        assert_eq!(codes(src), vec![("GS305".into(), 10)]);
+    }
+
+    #[test]
     fn init_and_parameter_free_modules_are_fine() {
         let src = "class DepthLoss(nn.Module):\n    def __init__(self, lambd=0.5):\n        super().__init__()\n        self.lambd = lambd\n    def forward(self, p, t):\n        return (p - t).pow(2).mean()\nclass M(nn.Module):\n    def __init__(self):\n        self.fc = nn.Linear(4, 4)\n    def forward(self, x, t):\n        return DepthLoss()(nn.ReLU()(self.fc(x)), t)\n";
         assert!(codes(src).is_empty());

@@ -74,9 +74,7 @@ fn builds_submodule(body: &[Stmt]) -> bool {
         Stmt::Assign(a) => {
             a.targets.iter().any(|t| {
                 matches!(t, Expr::Attribute(at) if matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self"))
-            }) && matches!(a.value.as_ref(), Expr::Call(c) if dotted(&c.func).is_some_and(|n| {
-                n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
-            }))
+            }) && constructs_instances(&a.value)
         }
         // `self.layer.append(T5LayerFF(config))`
         Stmt::Expr(e) => matches!(e.value.as_ref(), Expr::Call(c) if matches!(c.func.as_ref(),
@@ -91,6 +89,31 @@ fn builds_submodule(body: &[Stmt]) -> bool {
         Stmt::For(f) => builds_submodule(&f.body),
         _ => false,
     })
+}
+
+/// `Class(...)`, or a container of such constructions (`[Block(i) for i in ...]`,
+/// `list([...])`, `(A(), B())`): what `self.x = ...` in `__init__` holds when it builds
+/// submodules, registered or not.
+fn constructs_instances(e: &Expr) -> bool {
+    let class_call = |x: &Expr| {
+        matches!(x, Expr::Call(c) if dotted(&c.func).is_some_and(|n| {
+            n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
+        }))
+    };
+    match e {
+        Expr::List(l) => l.elts.iter().any(constructs_instances),
+        Expr::Tuple(t) => t.elts.iter().any(constructs_instances),
+        Expr::ListComp(c) => constructs_instances(&c.elt),
+        Expr::Generator(c) => constructs_instances(&c.elt),
+        Expr::Dict(d) => d.items.iter().any(|i| constructs_instances(&i.value)),
+        Expr::DictComp(c) => constructs_instances(&c.value),
+        Expr::Call(c)
+            if dotted(&c.func).is_some_and(|n| matches!(n.as_str(), "list" | "tuple" | "dict")) =>
+        {
+            c.arguments.args.first().is_some_and(constructs_instances)
+        }
+        other => class_call(other),
+    }
 }
 
 /// The dotted names of every call in an expression (`torch.isfinite(g).all()` gives

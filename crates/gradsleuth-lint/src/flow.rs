@@ -830,11 +830,29 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         if !has_else {
-            // No arm ran: every test was false.
+            // No arm ran: every test was false. When an arm computes something (a residual
+            // branch: `if use_res: r = self.drop(r); r += x`), a name it assigns holds what it
+            // held before only on that path. An arm that only toggles a stop-gradient
+            // (`if sg: h = h.detach()`) leaves the value it skipped free: the toggle is the
+            // choice, not a rival computation.
+            let mut skipped = start.clone();
+            if bodies.iter().any(|b| does_work(b)) {
+                let mut assigned = Assigned(HashSet::new());
+                for b in &bodies {
+                    for st in b.iter() {
+                        assigned.visit_stmt(st);
+                    }
+                }
+                for name in assigned.0 {
+                    if let Some(d) = skipped.remove(&name) {
+                        skipped.insert(name, d.constrain(&before));
+                    }
+                }
+            }
             paths.push(before);
             match &mut out {
-                Some(o) => merge_env(o, start.clone()),
-                None => out = Some(start.clone()),
+                Some(o) => merge_env(o, skipped),
+                None => out = Some(skipped),
             }
         }
         // Every arm returned: what follows is unreachable from here, evaluate it as before.
@@ -1327,6 +1345,13 @@ impl<'a, 'c> Flow<'a, 'c> {
                 return self.apply(f, None, c, fr);
             }
         }
+        if builds_mask(&name) {
+            // An attention mask built from other file's helper (`create_causal_mask(...,
+            // inputs_embeds=h)`): it reads the tensors it is given for their shape, dtype and
+            // device; the model's output does not depend on them through it.
+            self.args(c, fr);
+            return Deps::default();
+        }
         let mut d = self.expr(&c.func, fr);
         d.union(self.args(c, fr));
         d
@@ -1399,6 +1424,74 @@ impl<'a, 'c> Flow<'a, 'c> {
         }
         out
     }
+}
+
+/// A function that builds an attention mask (`create_causal_mask`, `_prepare_4d_attention_mask`,
+/// `get_extended_attention_mask`, `invert_attention_mask`): a construction verb and a name that
+/// ends in `mask`. (`apply_mask(x, m)`, `masked_fill` use a mask on a value: not these.)
+fn builds_mask(name: &str) -> bool {
+    let last = name
+        .rsplit('.')
+        .next()
+        .unwrap_or(name)
+        .trim_start_matches('_');
+    const VERBS: &[&str] = &[
+        "create", "make", "get", "prepare", "build", "update", "expand", "invert", "compute",
+        "generate",
+    ];
+    last.ends_with("mask") && VERBS.iter().any(|v| last.starts_with(v))
+}
+
+/// Calls that only move a value out of autograd, or copy or cast it: a block made of these
+/// toggles a stop-gradient and computes nothing.
+const TOGGLES: &[&str] = &[
+    "detach",
+    "detach_",
+    "clone",
+    "cpu",
+    "float",
+    "double",
+    "half",
+    "to",
+    "contiguous",
+    "item",
+    "tolist",
+    "numpy",
+    "tensor",
+    "as_tensor",
+    "int",
+    "bool",
+    "no_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "enable_grad",
+    "requires_grad_",
+];
+
+/// Whether a block calls anything beyond [`TOGGLES`] (a module, an op).
+fn does_work(body: &[Stmt]) -> bool {
+    struct Work(bool);
+    impl<'a> Visitor<'a> for Work {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                let last = dotted(&c.func)
+                    .map(|n| n.rsplit('.').next().unwrap_or(&n).to_owned())
+                    .or_else(|| match c.func.as_ref() {
+                        Expr::Attribute(a) => Some(a.attr.id.to_string()),
+                        _ => None,
+                    });
+                if !last.is_some_and(|l| TOGGLES.contains(&l.as_str())) {
+                    self.0 = true;
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut w = Work(false);
+    for s in body {
+        w.visit_stmt(s);
+    }
+    w.0
 }
 
 /// The plain names a block assigns (at any depth, not inside nested functions or classes).

@@ -177,6 +177,25 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_in_a_residual_arm_without_else() {
+        // torchvision's MBConv: `if self.use_res_connect:` computes the residual branch; the
+        // path without it is another configuration, not a rival that trains the block.
+        let src = in_forward("    def forward(self, x):\n        r = self.backbone(x)\n        if self.checkpointing:\n            r = torch.relu(r)\n            r = r.detach()\n            r += x\n        return self.head(r)\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 15)]);
+    }
+
+    #[test]
+    fn an_attention_mask_built_from_the_embeddings_carries_no_gradient() {
+        // transformers' `create_causal_mask(inputs_embeds=...)` reads shape and dtype only:
+        // the detached embeddings are not trained through the mask.
+        let src = in_forward("    def forward(self, ids):\n        emb = self.backbone(ids)\n        mask = create_causal_mask(config=None, inputs_embeds=emb)\n        h = emb.detach()\n        return self.head(h) * mask\n");
+        assert_eq!(codes(&src), vec![("GS316".into(), 14)]);
+        // Applying a mask to a value is differentiable in the value.
+        let src = in_forward("    def forward(self, ids, m):\n        emb = self.backbone(ids)\n        kept = apply_mask(emb, m)\n        h = emb.detach()\n        return self.head(h) + kept\n");
+        assert!(codes(&src).is_empty());
+    }
+
+    #[test]
     fn a_configurable_stop_gradient_stays_quiet() {
         // Without an `else`: the path where the test is false keeps the value live.
         let src = in_forward("    def forward(self, x):\n        h = self.backbone(x)\n        if self.checkpointing:\n            h = h.detach()\n        return self.head(h)\n");

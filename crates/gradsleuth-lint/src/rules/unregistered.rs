@@ -338,6 +338,16 @@ mod tests {
     }
 
     #[test]
+    fn a_class_on_an_unknown_base_whose_only_submodules_sit_in_a_list() {
+        // transformers' Swin stage on `GradientCheckpointingLayer` (imported): its blocks in
+        // `list([...])` are its submodules, so it is a module and they are unregistered.
+        let src = "import torch.nn as nn\nfrom ...modeling_layers import GradientCheckpointingLayer\n\nclass Layer(GradientCheckpointingLayer):\n    def __init__(self, d):\n        super().__init__()\n        self.norm = nn.LayerNorm(d)\n\n    def forward(self, x):\n        return self.norm(x)\n\nclass Stage(GradientCheckpointingLayer):\n    def __init__(self, d, depth):\n        super().__init__()\n        self.blocks = list([Layer(d) for _ in range(depth)])\n\n    def forward(self, x):\n        for b in self.blocks:\n            x = b(x)\n        return x\n";
+        assert_eq!(codes(src), vec![("GS301".into(), 15)]);
+        // Registered: quiet.
+        assert!(codes(&src.replace("list([", "nn.ModuleList([")).is_empty());
+    }
+
+    #[test]
     fn modules_registered_by_name_are_fine() {
         let src = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.blocks = []\n        for i in range(n):\n            block = nn.Linear(4, 4)\n            self.blocks.append(block)\n            self.add_module(str(i), block)\n";
         assert!(codes(src).is_empty());

@@ -389,6 +389,10 @@ pub struct Flow<'a, 'c> {
     /// Methods whose return value is the loss a framework calls backward on, beside
     /// Lightning's `training_step`: a Hugging Face `Trainer` subclass's `compute_loss`.
     loss_methods: HashSet<FnKey>,
+    /// (class, attribute) -> the class of this file it is built from in `__init__`
+    /// (`self.classifier = ElectraClassificationHead(config)`): calling it runs that
+    /// class's `forward`, whose cuts of its inputs apply to what the caller passes.
+    sub_classes: HashMap<(String, String), String>,
     /// `self.X` a class freezes itself (`self.esm.requires_grad_(False)`, a loop setting
     /// `requires_grad = False` over `self.X.parameters()`): a cut of it is deliberate.
     frozen: HashSet<String>,
@@ -476,6 +480,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             optimized: HashSet::new(),
             loss_methods: HashSet::new(),
             frozen: HashSet::new(),
+            sub_classes: HashMap::new(),
         };
         let mut opt = OptimizerArgs(HashSet::new());
         for s in &module.body {
@@ -585,6 +590,25 @@ impl<'a, 'c> Flow<'a, 'c> {
                     }
                     if method == "compute_loss" {
                         self.loss_methods.insert(key(f));
+                    }
+                }
+                if is_module && method == "__init__" {
+                    for st in &f.body {
+                        if let Stmt::Assign(a) = st {
+                            let built = dotted_callee(&a.value)
+                                .filter(|_| matches!(a.value.as_ref(), Expr::Call(_)));
+                            for t in &a.targets {
+                                if let (Some(attr), Some(cls)) = (
+                                    dotted(t)
+                                        .and_then(|d| d.strip_prefix("self.").map(str::to_owned)),
+                                    built.as_ref(),
+                                ) {
+                                    if !attr.contains('.') {
+                                        self.sub_classes.insert((name.clone(), attr), cls.clone());
+                                    }
+                                }
+                            }
+                        }
                     }
                 }
                 if is_module {
@@ -1263,6 +1287,22 @@ impl<'a, 'c> Flow<'a, 'c> {
                     if let Some(m) = self.methods.get(&(class.clone(), attr.to_owned())).copied() {
                         return self.apply(m, Some(&class), c, fr);
                     }
+                    // A submodule built from a class of this file: its `forward` with what the
+                    // caller passes (a head that detaches its input cuts the trunk before it).
+                    let sub = self
+                        .sub_classes
+                        .get(&(class.clone(), attr.to_owned()))
+                        .cloned();
+                    if let Some(fwd) = sub.as_ref().and_then(|s| {
+                        self.methods
+                            .get(&(s.clone(), "forward".to_owned()))
+                            .copied()
+                    }) {
+                        let mut d =
+                            self.apply_submodule(fwd, sub.as_deref().unwrap_or_default(), c, fr);
+                        d.add_live(format!("self.{attr}"), Paths::one(fr.path.clone()));
+                        return d;
+                    }
                 }
             }
         }
@@ -1345,6 +1385,28 @@ impl<'a, 'c> Flow<'a, 'c> {
                 return self.apply(f, None, c, fr);
             }
         }
+        let last = name.rsplit('.').next().unwrap_or(&name);
+        let inspection = |k: &ruff_python_ast::Keyword| {
+            k.arg.as_ref().is_some_and(|a| {
+                let a = a.id.as_str();
+                a.ends_with("hidden_states") || a.ends_with("attentions") || a == "past_key_values"
+            })
+        };
+        if last.ends_with("Output") && c.arguments.keywords.iter().any(inspection) {
+            // A model output (`SequenceClassifierOutput(loss=..., logits=...,
+            // hidden_states=..., attentions=...)`): the per-layer hidden states, attention maps
+            // and cache beside its results are there for inspection; they do not train what
+            // they come from (`last_hidden_state`, logits, boxes, losses do).
+            let mut d = Deps::default();
+            for k in &c.arguments.keywords {
+                let v = self.expr(&k.value, fr);
+                if !inspection(k) {
+                    d.union(v);
+                }
+            }
+            d.union(self.all(c.arguments.args.iter(), fr));
+            return d;
+        }
         if builds_mask(&name) {
             // An attention mask built from other file's helper (`create_causal_mask(...,
             // inputs_embeds=h)`): it reads the tensors it is given for their shape, dtype and
@@ -1368,6 +1430,37 @@ impl<'a, 'c> Flow<'a, 'c> {
         let Some(summary) = self.summary(f, class) else {
             return self.args(c, fr);
         };
+        self.substitute(f, class, summary, c, fr)
+    }
+
+    /// A submodule's `forward` called from its owner: what it does to its arguments. Its own
+    /// `self.X` sources are its parts, which the caller counts as the submodule itself.
+    fn apply_submodule(
+        &mut self,
+        f: &'a StmtFunctionDef,
+        class: &str,
+        c: &'a ruff_python_ast::ExprCall,
+        fr: &mut Frame,
+    ) -> Deps {
+        let Some(mut summary) = self.summary(f, Some(class)) else {
+            return self.args(c, fr);
+        };
+        summary
+            .live
+            .retain(|s, _| !s.starts_with("self.") && s != INFERENCE);
+        summary.cut.retain(|s, _| !s.starts_with("self."));
+        self.substitute(f, Some(class), summary, c, fr)
+    }
+
+    /// A summary with its parameters replaced by a call's arguments.
+    fn substitute(
+        &mut self,
+        f: &'a StmtFunctionDef,
+        class: Option<&str>,
+        summary: Deps,
+        c: &'a ruff_python_ast::ExprCall,
+        fr: &mut Frame,
+    ) -> Deps {
         let mut params = param_names(&f.parameters);
         if class.is_some() && !params.is_empty() {
             params.remove(0);

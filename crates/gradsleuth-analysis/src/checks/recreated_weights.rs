@@ -65,7 +65,18 @@ fn run(ctx: &Context) -> Vec<Finding> {
         };
         ctx.claim(keys.iter().copied());
         // The registered layer it stands in for: the one sibling of its class on the same
-        // module that never ran (`return nn.Linear(...)(h)` where `self.head(h)` was meant).
+        // module that never ran (`return nn.Linear(...)(h)` where `self.head(h)` was meant),
+        // and whose weights nothing else reaches: a layer whose weights the parent uses
+        // functionally (BEiT's `F.linear(x, self.qkv.weight, ...)`) never runs as a module
+        // either, yet it is not the one bypassed.
+        let idle = |key: u64| {
+            let mut own = ctx
+                .facts
+                .iter()
+                .filter(|(t, _)| t.module == Some(key))
+                .peekable();
+            own.peek().is_some() && own.all(|(_, f)| !f.learns() && !f.reached())
+        };
         let siblings: Vec<_> = ctx
             .capture
             .modules
@@ -76,6 +87,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
                     && s.class == m.class
                     && s.kind != ModuleKind::Orphan
                     && s.runs == 0
+                    && idle(s.key)
             })
             .collect();
         if let [registered] = siblings.as_slice() {
@@ -208,6 +220,30 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn a_sibling_used_functionally_is_not_the_bypassed_layer() {
+        // BEiT's attention: `F.linear(x, self.qkv.weight, ...)` never runs `qkv` as a module,
+        // but its weight learns; `proj`, bypassed by a fresh Linear, is the one named.
+        let mut s = healthy(2);
+        let file = s.source("class Attn(nn.Module):\n    def __init__(self):\n        self.qkv = nn.Linear(4, 12)\n        self.proj = nn.Linear(4, 4)\n    def forward(self, x):\n        return nn.Linear(4, 4)(F.linear(x, self.qkv.weight))\n");
+        s.module(6, "Linear", "proj", Some(1), ModuleKind::Registered, 0);
+        s.param(40, "proj.weight", 6);
+        s.module(7, "Linear", "qkv", Some(1), ModuleKind::Registered, 0);
+        s.param(42, "qkv.weight", 7);
+        s.optimizer(101, &[40, 42], None);
+        s.backward(&[42], &[(42, Some(1.0))]);
+        s.step(101, &[(40, None, 1.0, 1.0), (42, Some(1.0), 1.0, 1.1)]);
+        let m = s.module(5, "Linear", "Linear", Some(1), ModuleKind::Orphan, 2);
+        m.first_call = Some(Location {
+            function: Some("forward".into()),
+            ..Location::new(file, 6)
+        });
+        s.tensor(30, "<forward>.Linear.weight", 5, TensorKind::Orphan);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].params, vec!["proj.weight"]);
     }
 
     #[test]

@@ -196,6 +196,18 @@ mod tests {
     }
 
     #[test]
+    fn a_head_of_this_file_that_detaches_its_input_cuts_the_trunk() {
+        // ELECTRA's classification head detaches the features it is given; the model returns
+        // its logits beside the encoder's hidden states (for inspection, not training).
+        let src = "import torch.nn as nn\n\nclass Head(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.dense = nn.Linear(4, 2)\n\n    def forward(self, features):\n        x = features[:, 0].detach()\n        return self.dense(x)\n\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.encoder = nn.Linear(4, 4)\n        self.classifier = Head()\n\n    def forward(self, x):\n        h = self.encoder(x)\n        logits = self.classifier(h)\n        return SequenceClassifierOutput(logits=logits, hidden_states=(h,), attentions=None)\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 9)]);
+        // The head trains the trunk: quiet.
+        assert!(codes(&src.replace("features[:, 0].detach()", "features[:, 0]")).is_empty());
+        // A result field (boxes, a last hidden state) trains what it comes from: quiet.
+        assert!(codes(&src.replace("hidden_states=(h,)", "last_hidden_state=h")).is_empty());
+    }
+
+    #[test]
     fn a_configurable_stop_gradient_stays_quiet() {
         // Without an `else`: the path where the test is false keeps the value live.
         let src = in_forward("    def forward(self, x):\n        h = self.backbone(x)\n        if self.checkpointing:\n            h = h.detach()\n        return self.head(h)\n");

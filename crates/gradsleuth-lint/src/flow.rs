@@ -153,20 +153,7 @@ impl Deps {
 
     /// Everything here, on the paths that also satisfy `ctx` (what cannot is dropped).
     fn constrain(self, ctx: &Ctx) -> Deps {
-        let mut out = Deps::default();
-        for (s, c) in self.live {
-            if let Some(c) = c.and(ctx) {
-                out.add_live(s, c);
-            }
-        }
-        for (s, cuts) in self.cut {
-            let cuts = cuts
-                .into_iter()
-                .filter_map(|(cut, c)| c.and(ctx).map(|c| (cut, c)))
-                .collect();
-            out.add_cuts(s, cuts);
-        }
-        out
+        self.returned(ctx, &[])
     }
 
     /// A value a `return` gives on `path`. A cut made in an arm that ends in that return is

@@ -1432,9 +1432,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         let Some(mut summary) = self.summary(f, Some(class)) else {
             return self.args(c, fr);
         };
-        summary
-            .live
-            .retain(|s, _| !s.starts_with("self.") && s != INFERENCE);
+        summary.live.retain(|s, _| !s.starts_with("self."));
         summary.cut.retain(|s, _| !s.starts_with("self."));
         self.substitute(f, Some(class), summary, c, fr)
     }

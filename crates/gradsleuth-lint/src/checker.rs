@@ -91,6 +91,38 @@ fn builds_submodule(body: &[Stmt]) -> bool {
     })
 }
 
+/// Whether `e` is a container with an element meeting `leaf`: a list, tuple or dict display
+/// or comprehension, or `list`/`tuple`/`dict`/`sorted`/`reversed` of one. Any other
+/// expression is judged by `other` (a single element, a name, a concatenation).
+pub fn container_holds(
+    e: &Expr,
+    leaf: &dyn Fn(&Expr) -> bool,
+    other: &dyn Fn(&Expr) -> bool,
+) -> bool {
+    match e {
+        Expr::List(l) => l.elts.iter().any(leaf),
+        Expr::Tuple(t) => t.elts.iter().any(leaf),
+        Expr::ListComp(c) => leaf(&c.elt),
+        Expr::Generator(c) => leaf(&c.elt),
+        Expr::Dict(d) => d.items.iter().any(|i| leaf(&i.value)),
+        Expr::DictComp(c) => leaf(&c.value),
+        Expr::Call(c)
+            if dotted(&c.func).is_some_and(|n| {
+                matches!(
+                    n.as_str(),
+                    "tuple" | "list" | "dict" | "sorted" | "reversed"
+                )
+            }) =>
+        {
+            c.arguments
+                .args
+                .first()
+                .is_some_and(|a| container_holds(a, leaf, other))
+        }
+        _ => other(e),
+    }
+}
+
 /// `Class(...)`, or a container of such constructions (`[Block(i) for i in ...]`,
 /// `list([...])`, `(A(), B())`): what `self.x = ...` in `__init__` holds when it builds
 /// submodules, registered or not.
@@ -100,20 +132,7 @@ fn constructs_instances(e: &Expr) -> bool {
             n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
         }))
     };
-    match e {
-        Expr::List(l) => l.elts.iter().any(constructs_instances),
-        Expr::Tuple(t) => t.elts.iter().any(constructs_instances),
-        Expr::ListComp(c) => constructs_instances(&c.elt),
-        Expr::Generator(c) => constructs_instances(&c.elt),
-        Expr::Dict(d) => d.items.iter().any(|i| constructs_instances(&i.value)),
-        Expr::DictComp(c) => constructs_instances(&c.value),
-        Expr::Call(c)
-            if dotted(&c.func).is_some_and(|n| matches!(n.as_str(), "list" | "tuple" | "dict")) =>
-        {
-            c.arguments.args.first().is_some_and(constructs_instances)
-        }
-        other => class_call(other),
-    }
+    container_holds(e, &class_call, &class_call)
 }
 
 /// The dotted names of every call in an expression (`torch.isfinite(g).all()` gives

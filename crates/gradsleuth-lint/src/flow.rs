@@ -794,7 +794,8 @@ impl<'a, 'c> Flow<'a, 'c> {
         let start_path = fr.path.clone();
         let mut before = start_path.clone(); // every earlier test false
         let mut keys = Vec::new(); // the tests so far that constrain
-        let mut out: Option<HashMap<String, Deps>> = None;
+        let mut arms_out: Vec<HashMap<String, Deps>> = Vec::new(); // each arm that falls through
+        let mut all_assigned = HashSet::new();
         let mut paths = Vec::new();
         for (test, body) in tests.iter().zip(bodies.iter()) {
             fr.env = start.clone();
@@ -819,26 +820,17 @@ impl<'a, 'c> Flow<'a, 'c> {
             fr.path = arm;
             self.block(body, fr);
             fr.free.truncate(free);
+            let assigned = assigned_names(body);
             if !returns {
                 // A name the arm assigns holds, after the `if`, what came through this arm:
                 // on this arm's path. (A name it leaves alone, and every name on the path
                 // where no arm ran, stays free: `if cond: h = h.detach()` keeps `h`'s live
                 // use compatible with its cut.)
-                let mut assigned = Assigned(HashSet::new());
-                for st in body.iter() {
-                    assigned.visit_stmt(st);
-                }
-                for name in assigned.0 {
-                    if let Some(d) = fr.env.remove(&name) {
-                        fr.env.insert(name, d.constrain(&fr.path));
-                    }
-                }
+                constrain_names(&mut fr.env, &assigned, &fr.path);
                 paths.push(std::mem::take(&mut fr.path));
-                match &mut out {
-                    Some(o) => merge_env(o, std::mem::take(&mut fr.env)),
-                    None => out = Some(std::mem::take(&mut fr.env)),
-                }
+                arms_out.push(std::mem::take(&mut fr.env));
             }
+            all_assigned.extend(assigned);
         }
         if !has_else {
             // No arm ran: every test was false. When an arm computes something (a residual
@@ -848,26 +840,17 @@ impl<'a, 'c> Flow<'a, 'c> {
             // choice, not a rival computation.
             let mut skipped = start.clone();
             if bodies.iter().any(|b| does_work(b)) {
-                let mut assigned = Assigned(HashSet::new());
-                for b in &bodies {
-                    for st in b.iter() {
-                        assigned.visit_stmt(st);
-                    }
-                }
-                for name in assigned.0 {
-                    if let Some(d) = skipped.remove(&name) {
-                        skipped.insert(name, d.constrain(&before));
-                    }
-                }
+                constrain_names(&mut skipped, &all_assigned, &before);
             }
             paths.push(before);
-            match &mut out {
-                Some(o) => merge_env(o, skipped),
-                None => out = Some(skipped),
-            }
+            arms_out.push(skipped);
         }
         // Every arm returned: what follows is unreachable from here, evaluate it as before.
-        fr.env = out.unwrap_or(start);
+        let mut envs = arms_out.into_iter();
+        fr.env = envs.next().unwrap_or(start);
+        for env in envs {
+            merge_env(&mut fr.env, env);
+        }
         fr.path = Ctx::after(&paths).unwrap_or(start_path);
     }
 
@@ -1573,6 +1556,23 @@ fn does_work(body: &[Stmt]) -> bool {
 }
 
 /// The plain names a block assigns (at any depth, not inside nested functions or classes).
+fn assigned_names(body: &[Stmt]) -> HashSet<String> {
+    let mut a = Assigned(HashSet::new());
+    for st in body {
+        a.visit_stmt(st);
+    }
+    a.0
+}
+
+/// Each of `names` in `env` holds its value only on `path` from here.
+fn constrain_names(env: &mut HashMap<String, Deps>, names: &HashSet<String>, path: &Ctx) {
+    for name in names {
+        if let Some(d) = env.remove(name) {
+            env.insert(name.clone(), d.constrain(path));
+        }
+    }
+}
+
 struct Assigned(HashSet<String>);
 
 impl<'a> Visitor<'a> for Assigned {

@@ -6,7 +6,7 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, Stmt, StmtAssign};
 
 use super::Rule;
-use crate::checker::{dotted, Checker};
+use crate::checker::{container_holds, dotted, Checker};
 
 pub const RULE: Rule = Rule { code: "GS301" };
 
@@ -41,28 +41,11 @@ fn holds_modules(ck: &Checker, e: &Expr, locals: &HashSet<String>) -> bool {
             && !crate::checker::call_name(x).is_some_and(|n| ck.self_optimizing.contains(&n)))
             || matches!(x, Expr::Name(n) if locals.contains(n.id.as_str()))
     };
-    match e {
-        Expr::List(l) => l.elts.iter().any(module),
-        Expr::Tuple(t) => t.elts.iter().any(module),
-        Expr::ListComp(c) => module(&c.elt),
-        Expr::Generator(c) => module(&c.elt),
-        Expr::Dict(d) => d.items.iter().any(|i| module(&i.value)),
-        Expr::DictComp(c) => module(&c.value),
+    container_holds(e, &module, &|x: &Expr| match x {
         Expr::BinOp(b) => holds_modules(ck, &b.left, locals) || holds_modules(ck, &b.right, locals),
         Expr::Name(n) => locals.contains(n.id.as_str()),
-        Expr::Call(c) => {
-            let name = crate::checker::call_name(e).unwrap_or_default();
-            matches!(
-                name.as_str(),
-                "tuple" | "list" | "dict" | "sorted" | "reversed"
-            ) && c
-                .arguments
-                .args
-                .first()
-                .is_some_and(|arg| holds_modules(ck, arg, locals))
-        }
         _ => false,
-    }
+    })
 }
 
 fn is_dict(e: &Expr) -> bool {

@@ -17,6 +17,20 @@ fn decode(n: Option<f64>) -> Option<f64> {
     }
 }
 
+/// How many machine epsilons of its module's largest gradient a gradient may reach and still be
+/// rounding (float32: 1.2e-4; the noise of a cancelled float32 sum measures 1e-6 to 1e-5).
+pub const ROUNDING_EPSILONS: f64 = 1000.0;
+
+/// Machine epsilon of a floating dtype as the capture spells it (`float32`, `torch.float64`);
+/// None for half precision and anything else.
+fn epsilon(dtype: &str) -> Option<f64> {
+    match dtype.trim_start_matches("torch.") {
+        "float32" | "float" => Some(f64::from(f32::EPSILON)),
+        "float64" | "double" => Some(f64::EPSILON),
+        _ => None,
+    }
+}
+
 /// What happened to one tracked tensor.
 #[derive(Debug, Clone)]
 pub struct TensorFacts {
@@ -164,6 +178,41 @@ impl Facts {
             order,
             recs,
         }
+    }
+
+    /// A gradient at the level of float rounding against the rest of its module: at every
+    /// observed step with a gradient, at most [`ROUNDING_EPSILONS`] machine epsilons of the
+    /// largest gradient another parameter of the same module had at that step. What a sum that
+    /// cancels exactly leaves behind (a bias before a BatchNorm: 1e-6 of the weight's gradient,
+    /// varying run to run with the summation order), judged against the gradients it is summed
+    /// with rather than against its own weight, whose size is arbitrary. Half-precision dtypes are
+    /// left to [`TensorFacts::negligible_grad`] (their epsilon is too coarse for this).
+    pub fn rounding_grad(&self, key: u64) -> bool {
+        let (Some(t), Some(f)) = (self.rec(key), self.get(key)) else {
+            return false;
+        };
+        let (Some(module), Some(eps)) = (t.module, epsilon(&t.dtype)) else {
+            return false;
+        };
+        let siblings: Vec<&TensorFacts> = self
+            .iter()
+            .filter(|(s, _)| s.module == Some(module) && s.key != key)
+            .map(|(_, sf)| sf)
+            .collect();
+        let mut judged = false;
+        for (i, g) in f.grad_norms.iter().enumerate() {
+            let Some(g) = g else { continue };
+            let scale = siblings
+                .iter()
+                .filter_map(|s| s.grad_norms.get(i).copied().flatten())
+                .filter(|n| n.is_finite())
+                .fold(0.0f64, f64::max);
+            if !g.is_finite() || scale == 0.0 || *g > scale * eps * ROUNDING_EPSILONS {
+                return false;
+            }
+            judged = true;
+        }
+        judged
     }
 
     pub fn get(&self, key: u64) -> Option<&TensorFacts> {

@@ -639,6 +639,7 @@ impl Recorder {
             related,
             params,
             chain: Vec::new(),
+            chain_from: None,
             step,
         });
     }

@@ -578,6 +578,7 @@ fn run_fixture(path: &Path) -> Value {
                 "params": params,
                 "related": c.related.iter().map(|r| json!([r.location.line, r.message])).collect::<Vec<_>>(),
                 "chain": c.chain,
+                "chain_from": c.chain_from.map(|k| key_name[&k].clone()),
             })
         })
         .collect();

@@ -600,6 +600,9 @@ pub struct CutRec {
     /// Autograd nodes from a parameter up to the cut.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<String>,
+    /// The parameter `chain` starts from (one of `params`; None: the chain names no node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_from: Option<u64>,
     /// Which observed step it was recorded in (1-based).
     #[serde(default)]
     pub step: u32,

@@ -179,11 +179,14 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             .filter(|k| !ctx.is_claimed_before_cuts(*k))
             .filter(|k| {
                 ctx.facts.get(*k).is_some_and(|f| {
-                    // A zero-gradient cut explains exactly zero gradients, and gradients too
-                    // small to change the weight (it made the features nearly constant).
+                    // Any cut explains exactly zero gradients of what it names (the capture
+                    // names a reached parameter only when its gradient was exactly zero and it
+                    // fed the cut); a zero-gradient cut also gradients too small to change the
+                    // weight (it made the features nearly constant).
                     let never = !f.learns()
                         && (!f.reached()
-                            || (zero_kind(cut.kind) && (!f.grad_nonzero() || f.negligible_grad())));
+                            || !f.grad_nonzero()
+                            || (zero_kind(cut.kind) && f.negligible_grad()));
                     // Cut in a later step: it learned before, then lost its gradient.
                     let later = cut.step > 1
                         && f.grad_norms
@@ -254,13 +257,22 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             message = format!("From step {first} on: {message}");
             steps = (first..=ctx.facts.steps_observed).collect();
         }
-        // The chain starts at the parameter, by its final name.
-        let mut chain: Vec<String> = names
-            .first()
-            .map(|n| format!("`{n}`"))
-            .into_iter()
-            .collect();
-        chain.extend(cut.chain.iter().cloned());
+        // The chain starts at the parameter its nodes lead to, by its final name; when that one
+        // is not named here (another check claimed it), from the first named parameter
+        // straight to the cut, without another parameter's nodes.
+        let (first, nodes) = match cut.chain_from {
+            Some(k) if keys.contains(&k) => (super::names(ctx, &[k]).into_iter().next(), 0),
+            Some(_) => (
+                names.first().cloned(),
+                cut.chain
+                    .iter()
+                    .position(|n| n.starts_with('✂'))
+                    .unwrap_or(0),
+            ),
+            None => (names.first().cloned(), 0),
+        };
+        let mut chain: Vec<String> = first.map(|n| format!("`{n}`")).into_iter().collect();
+        chain.extend(cut.chain[nodes..].iter().cloned());
         let checkpointed = cut.op == CHECKPOINT_OP;
         let fix = if checkpointed {
             CHECKPOINT_FIX
@@ -273,7 +285,6 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             .chain(chain)
             .fix(fix)
             .steps(steps);
-        // For no_grad the line to change is the one that disabled grad; the op is related.
         // For no_grad the line to change is the one that disabled grad (found in the source
         // around the op, else where the tracer saw grad turned off); the op is related.
         let library = cut
@@ -361,4 +372,78 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         out.push(f);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use gradsleuth_model::capture::CutRec;
+    use gradsleuth_model::{Category, Location};
+
+    /// `fc.bias` (key 11) reached by every backward with an exactly zero gradient (`zero`) or
+    /// a real one, and named by a detach the loss depends on.
+    fn detach_naming_the_bias(zero: bool) -> Scenario {
+        let mut s = healthy(2);
+        if zero {
+            for st in &mut s.capture.steps {
+                for g in &mut st.grad_norms {
+                    if g.0 == 11 {
+                        g.1 = Some(0.0);
+                    }
+                }
+                let before = st.weight_before.iter().find(|b| b.0 == 11).unwrap().1;
+                for w in &mut st.weight_after {
+                    if w.0 == 11 {
+                        w.1 = before;
+                    }
+                }
+            }
+        }
+        s.capture.cuts.push(CutRec {
+            kind: Category::Detach,
+            op: "Tensor.detach".into(),
+            location: Some(Location::new("train.py", 12)),
+            params: vec![11],
+            step: 1,
+            ..Default::default()
+        });
+        s
+    }
+
+    /// A parameter whose only live path ran through the detach gets an exactly zero gradient
+    /// from what remains: the detach is its cause (one error at the detach), not a harmless
+    /// cancellation; one that still learns is not named.
+    #[test]
+    fn a_hard_cut_explains_an_exactly_zero_gradient_it_names() {
+        let r = detach_naming_the_bias(true).report();
+        let codes: Vec<&str> = r.findings.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, vec!["GS201"], "{r:?}");
+        assert_eq!(r.findings[0].params, vec!["fc.bias"]);
+        assert!(detach_naming_the_bias(false).report().findings.is_empty());
+    }
+
+    /// The chain's nodes lead to one parameter: the chain names that one, and never puts
+    /// another parameter's name before them.
+    #[test]
+    fn the_chain_starts_from_the_parameter_its_nodes_lead_to() {
+        let chain = |from: Option<u64>| {
+            let mut s = detach_naming_the_bias(true);
+            s.capture.cuts[0].chain = vec![
+                "AddBackward0".into(),
+                "✂ Tensor.detach at train.py:12".into(),
+                "loss".into(),
+            ];
+            s.capture.cuts[0].chain_from = from;
+            s.report().findings[0].chain.clone()
+        };
+        assert_eq!(
+            chain(Some(11)),
+            ["`fc.bias`", "AddBackward0", "✂ Tensor.detach at train.py:12", "loss"]
+        );
+        // Led to `fc.weight`, which learns and is not named: no nodes of its path.
+        assert_eq!(
+            chain(Some(10)),
+            ["`fc.bias`", "✂ Tensor.detach at train.py:12", "loss"]
+        );
+    }
 }

@@ -988,6 +988,16 @@ impl<K, N> OpLog<K, N> {
                     .is_some_and(|c| c.kind == Category::NumpyRoundtrip)
             })
             .collect();
+        // A hard cut (detach, no_grad, a rebuilt tensor) also explains a parameter backward
+        // reached with an exactly zero gradient when that parameter feeds the cut: the path
+        // through the cut was the one that made the loss depend on it, and what is left
+        // carries nothing (a class token that attention mixed into the pooled tokens, whose
+        // own row a residual carries to a pooling that skips it).
+        let hard_pool: FxHashMap<usize, u64> = unreached
+            .iter()
+            .chain(zero.iter())
+            .map(|(a, k)| (*a, *k))
+            .collect();
         let mut out: Vec<CutRec> = Vec::new();
         for id in order {
             let Some(cut) = self.cuts.get(id as usize) else {
@@ -996,8 +1006,15 @@ impl<K, N> OpLog<K, N> {
             if rewrap_exits.contains(&id) {
                 continue;
             }
-            let pool = if cut.soft { zero } else { unreached };
-            let (mut params, first_leaf) = Self::reach(h, cut, pool);
+            let pool = if cut.soft { zero } else { &hard_pool };
+            let (mut params, mut first_leaf) = Self::reach(h, cut, pool);
+            // The chain starts from a parameter the backward never reached, when there is one:
+            // the plainest evidence of the cut.
+            if !cut.soft && params.iter().any(|k| zero.values().any(|z| z == k)) {
+                if let (_, Some(a)) = Self::reach(h, cut, unreached) {
+                    first_leaf = Some(a);
+                }
+            }
             // Downstream of a non-differentiable op: parameters whose input it made constant
             // (their gradient exactly zero) are lost to it too.
             if cut.kind == Category::NonDifferentiable {
@@ -1048,11 +1065,13 @@ impl<K, N> OpLog<K, N> {
             // Names are final only at the end of the run: the analysis puts the parameter
             // first.
             let mut chain = Vec::new();
+            let mut chain_from = None;
             if let (Some(leaf), Some(root)) = (first_leaf, cut.nodes.first()) {
                 let root = h.node(root);
                 let names = |g: &mut H, n: &H::Node| g.node_name(n);
                 if let Ok(Some(path)) = path_to_leaf(h, root, leaf, 100_000, names) {
                     chain.extend(path.into_iter().rev().skip(1).take(12));
+                    chain_from = pool.get(&(leaf as usize)).copied();
                 }
             }
             let here = cut
@@ -1071,6 +1090,7 @@ impl<K, N> OpLog<K, N> {
                 related,
                 params,
                 chain,
+                chain_from,
                 step: self.step,
             });
         }
@@ -1116,6 +1136,7 @@ impl<K, N> OpLog<K, N> {
                         "(NumPy / Python)".into(),
                         "loss".into(),
                     ],
+                    chain_from: None,
                     step: self.step,
                 });
             }
@@ -1158,6 +1179,7 @@ impl<K, N> OpLog<K, N> {
                     "the loss's value is copied into a new leaf tensor".into(),
                     "✂ backward starts at the copy".into(),
                 ],
+                chain_from: None,
                 step: self.step,
             });
         }

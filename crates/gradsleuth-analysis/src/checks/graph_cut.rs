@@ -438,7 +438,12 @@ mod tests {
         };
         assert_eq!(
             chain(Some(11)),
-            ["`fc.bias`", "AddBackward0", "✂ Tensor.detach at train.py:12", "loss"]
+            [
+                "`fc.bias`",
+                "AddBackward0",
+                "✂ Tensor.detach at train.py:12",
+                "loss"
+            ]
         );
         // Led to `fc.weight`, which learns and is not named: no nodes of its path.
         assert_eq!(

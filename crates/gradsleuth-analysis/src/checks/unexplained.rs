@@ -275,7 +275,10 @@ mod tests {
     /// `fc.bias` moved by every step on a gradient of `bias` while `fc.weight`'s is 0.5.
     fn bias_with_gradient(bias: f64, dtype: &str) -> Scenario {
         let mut s = healthy(3);
-        s.capture.tensors.iter_mut().for_each(|t| t.dtype = dtype.into());
+        s.capture
+            .tensors
+            .iter_mut()
+            .for_each(|t| t.dtype = dtype.into());
         for st in &mut s.capture.steps {
             for g in &mut st.grad_norms {
                 if g.0 == 11 {

@@ -1,7 +1,7 @@
 """gradsleuth benchmarks, each side by side with its anchor in one run; ratios printed.
 
     make bench            # everything
-    python bench/run.py walk|step|op|watch|programs|graph|where|explain|merge|lint|install|repro|repro-all
+    python bench/run.py walk|step|op|watch|programs|graph|where|explain|merge|lint|install|repro|repro-all|repro-mutants
     python bench/run.py programs --against DIR   # also another build of the package (before/after)
     python bench/run.py programs --rounds 3      # runs per program (default 5)
 
@@ -24,6 +24,9 @@ programs: seven realistic training programs (bench/programs: a CNN classifier, a
       removed, and watch's steady state, as ratios to the same process's plain iterations.
 repro: `gradsleuth repro` on a sample of the case corpus's buggy cases (`repro-all`: every one):
       lines kept beside the original's, runs, seconds; the goal is 80% at <= 30 lines in 2 min.
+repro-mutants: the same on a sample of the mutation corpus's flagged third-party mutants (after
+      `make eval`): scripts that load a model file copied from transformers, torchvision or timm,
+      the bug inside it; also whether the kit's repro.py runs alone from an empty folder.
 lint: `gradsleuth lint` (all rules) beside TorchFix and `ruff check --select E9,F` on a 100k-line
       subset of torch's Python sources and on all of them: CPU s, wall s, lines/s, peak RSS.
 """
@@ -1125,13 +1128,17 @@ def bench_merge(ranks=1000):
         print("goal: merge under 5 s and under 1 GB")
 
 
+def _sample(items, sample):
+    """Every k-th of `items` (sorted), `sample` of them; all when `sample` is 0."""
+    if sample and len(items) > sample:
+        step = len(items) / sample
+        return [items[int(i * step)] for i in range(sample)]
+    return items
+
+
 def bench_repro(sample=12, budget=120.0, goal_lines=30, goal_seconds=120.0):
     """`gradsleuth repro` on the buggy cases of the case corpus (every k-th of them, sorted;
     `repro-all`: all): lines of the reduced program beside the original's, runs, seconds."""
-    import os
-    import re
-    import subprocess
-    import tempfile
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
@@ -1140,44 +1147,105 @@ def bench_repro(sample=12, budget=120.0, goal_lines=30, goal_seconds=120.0):
         for p in (root / "tests" / "cases").iterdir()
         if (p / "train.py").exists() and not p.name.startswith("control_")
     )
-    if sample and len(cases) > sample:
-        step = len(cases) / sample
-        cases = [cases[int(i * step)] for i in range(sample)]
+    cases = _sample(cases, sample)
+    _repro_table(
+        f"{len(cases)} buggy cases of the corpus",
+        [(c.name, c / "train.py") for c in cases],
+        budget,
+        goal_lines,
+        goal_seconds,
+    )
+
+
+def bench_repro_mutants(sample=12, budget=120.0, goal_lines=30, goal_seconds=120.0):
+    """`gradsleuth repro` on mutants of third-party models (the mutation corpus's cache from
+    `make eval`: every k-th valid mutant gradsleuth flags with an error, sorted): a training
+    script that loads a model file copied from transformers, torchvision or timm, with the bug
+    in that file. Beside the sizes: whether the kit's repro.py runs alone, from an empty
+    folder, and still shows the finding."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    cache = root / ".cache" / "mutate" / "mutants"
+    found = []
+    for folder in sorted(cache.iterdir()) if cache.is_dir() else []:
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+            report = json.loads((folder / "report.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("third_party") and any(f["severity"] == "error" for f in report.get("findings", [])):
+            found.append(folder)
+    if not found:
+        print("\nrepro on mutants: no mutation corpus cached (run `make eval` first)")
+        return
+    folders = _sample(found, sample)
+    _repro_table(
+        f"{len(folders)} of {len(found)} flagged third-party mutants",
+        [(f.name, f / "train.py") for f in folders],
+        budget,
+        goal_lines,
+        goal_seconds,
+        standalone=True,
+    )
+
+
+def _repro_table(what, scripts, budget, goal_lines, goal_seconds, standalone=False):
+    import os
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
     exe = str(Path(sys.executable).parent / "gradsleuth")
     rows = []
-    print(f"\nrepro: {len(cases)} buggy cases of the corpus, budget {budget:.0f} s each")
-    print(f"{'case':42}{'lines':>7}{'->':>4}{'kept':>6}{'runs':>6}{'s':>7}  finding")
-    for case in cases:
-        text = (case / "train.py").read_text()
+    print(f"\nrepro: {what}, budget {budget:.0f} s each")
+    print(f"{'case':42}{'lines':>7}{'->':>4}{'kept':>6}{'runs':>6}{'s':>7}{'alone':>7}  finding")
+    for name, script in scripts:
+        text = script.read_text()
         original = sum(1 for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
+            kit = os.path.join(d, "kit")
             proc = subprocess.run(
-                [exe, "repro", "--budget", str(budget), "--out", os.path.join(d, "kit"), "--", str(case / "train.py")],
+                [exe, "repro", "--budget", str(budget), "--out", kit, "--", str(script)],
                 cwd=d, capture_output=True, text=True, timeout=budget * 3 + 120,
             )
             seconds = time.perf_counter() - t0
-        m = re.search(r"gradsleuth repro: (\S+) (\S+) kept in (\d+) lines .*?, (\d+) runs", proc.stdout)
+            m = re.search(r"gradsleuth repro: (\S+) (\S+) kept in (\d+) lines .*?, (\d+) runs", proc.stdout)
+            alone = ""
+            if m and standalone:
+                # From an empty folder, with plain Python: it runs, and (when the kit says it
+                # asserts the symptom) the assertion holds.
+                empty = os.path.join(d, "empty")
+                os.mkdir(empty)
+                plain = subprocess.run(
+                    [sys.executable, os.path.join(kit, "repro.py")],
+                    cwd=empty, capture_output=True, text=True, timeout=budget + 120,
+                )
+                alone = "yes" if plain.returncode == 0 else "NO"
         if proc.returncode != 0 or not m:
             why = (proc.stderr.strip().splitlines() or ["?"])[-1][:60]
-            rows.append((case.name, original, None, seconds))
-            print(f"{case.name:42}{original:7}{'':>4}{'-':>6}{'-':>6}{seconds:7.1f}  not reduced: {why}")
+            rows.append((name, original, None, seconds, False))
+            print(f"{name:42}{original:7}{'':>4}{'-':>6}{'-':>6}{seconds:7.1f}{'':>7}  not reduced: {why}")
             continue
         kept = int(m.group(3))
-        rows.append((case.name, original, kept, seconds))
-        print(f"{case.name:42}{original:7}{'':>4}{kept:6}{m.group(4):>6}{seconds:7.1f}  {m.group(1)} {m.group(2)}")
+        rows.append((name, original, kept, seconds, alone != "NO"))
+        print(f"{name:42}{original:7}{'':>4}{kept:6}{m.group(4):>6}{seconds:7.1f}{alone:>7}  {m.group(1)} {m.group(2)}")
     done = [r for r in rows if r[2] is not None]
-    good = [r for r in done if r[2] <= goal_lines and r[3] <= goal_seconds]
+    good = [r for r in done if r[2] <= goal_lines and r[3] <= goal_seconds and r[4]]
     if done:
         sizes = sorted(r[2] for r in done)
         times = sorted(r[3] for r in done)
         print(f"lines kept: min {sizes[0]}, median {statistics.median(sizes):.0f}, max {sizes[-1]}; "
               f"original median {statistics.median(r[1] for r in done):.0f}")
         print(f"seconds: median {statistics.median(times):.0f}, max {times[-1]:.0f}")
+        if standalone:
+            print(f"runs alone from an empty folder: {sum(r[4] for r in done)}/{len(done)}")
     share = len(good) / len(rows) if rows else 0.0
     print(
-        f"goal: at least 80% of cases at most {goal_lines} lines within {goal_seconds:.0f} s: "
-        f"{len(good)}/{len(rows)} = {share:.0%}"
+        f"goal: at least 80% of cases at most {goal_lines} lines within {goal_seconds:.0f} s"
+        f"{' and running alone' if standalone else ''}: {len(good)}/{len(rows)} = {share:.0%}"
     )
 
 
@@ -1302,3 +1370,5 @@ if __name__ == "__main__":
         bench_bisect()
     if "repro-all" in which:
         bench_repro(sample=0)
+    if "repro-mutants" in which:
+        bench_repro_mutants()

@@ -105,6 +105,69 @@ def test_local_modules_are_pasted_in_and_the_rest_cut(tmp_path):
     assert f["category"] == "unregistered"
 
 
+def test_model_code_the_script_loads_beside_itself_goes_into_the_kit(tmp_path):
+    # The bug lives in a model file the script loads by path (`importlib`, next to `__file__`),
+    # not by an import repro can paste in: candidates must still find it, and so must the kit.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "net_code.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(8, 8)
+                    self.head = nn.Linear(8, 2)
+
+                def forward(self, x):
+                    return self.head(self.body(x).detach())
+            """
+        )
+    )
+    (project / "notes.txt").write_text("not read by the program\n")
+    script = project / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import importlib.util
+            import os
+            import torch
+
+            def load(file):
+                path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)
+                spec = importlib.util.spec_from_file_location("net_code", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                return module
+
+            history = []
+            model = load("net_code.py").Net()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(3):
+                loss = model(torch.randn(4, 8)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                history.append(loss.item())
+            print(history)
+            """
+        )
+    )
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "90", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "files the program reads, copied beside it: net_code.py" in proc.stdout, proc.stdout
+    assert (kit / "net_code.py").is_file() and not (kit / "notes.txt").exists()
+    source = (kit / "repro.py").read_text()
+    assert "history" not in source, source  # reduced, not only copied
+    _standalone(kit / "repro.py", tmp_path)
+    [f] = [f for f in findings(kit / "repro.py", tmp_path) if f["code"] == "GS201"]
+    assert f["params"] == ["body.weight", "body.bias"] and f["location"]["file"].endswith("net_code.py")
+
+
 def test_nothing_to_reproduce_and_bad_input_are_clear_errors(tmp_path):
     clean = tmp_path / "clean.py"
     clean.write_text(

@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, Stmt};
 use ruff_text_size::Ranged;
 
@@ -52,6 +53,84 @@ pub fn installed_imports(source: &str, dir: &Path) -> Vec<String> {
             _ => {}
         }
     }
+    out
+}
+
+/// Entries of `dir` (the script's folder) the program still needs beside it: a file a string
+/// literal names (`"beit.py"` loaded through `importlib`, `"config.yaml"`, `"data/x.pt"`: its
+/// first component), and a local module or package an import that was not pasted in names.
+/// Sorted, each once; hidden entries and `__pycache__` never.
+pub fn local_files(source: &str, dir: &Path) -> Vec<String> {
+    /// Names, and whether an import (not a string) named them.
+    struct Names(Vec<(String, bool)>);
+    impl<'a> Visitor<'a> for Names {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::StringLiteral(s) = e {
+                let text = s.value.to_str();
+                let first = text
+                    .trim_start_matches("./")
+                    .split('/')
+                    .next()
+                    .unwrap_or("");
+                self.0.push((first.to_owned(), false));
+            }
+            visitor::walk_expr(self, e);
+        }
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            let module = |m: &str| m.split('.').next().unwrap_or("").to_owned();
+            match s {
+                Stmt::Import(i) => {
+                    for a in &i.names {
+                        self.0.push((module(a.name.as_str()), true));
+                    }
+                }
+                Stmt::ImportFrom(f) if f.level == 0 => {
+                    if let Some(m) = &f.module {
+                        self.0.push((module(m.as_str()), true));
+                    }
+                }
+                _ => {}
+            }
+            visitor::walk_stmt(self, s);
+        }
+    }
+    let Ok(parsed) = ruff_python_parser::parse_module(source) else {
+        return Vec::new();
+    };
+    let mut names = Names(Vec::new());
+    for s in &parsed.syntax().body {
+        names.visit_stmt(s);
+    }
+    let plain = |n: &str| {
+        !n.is_empty() && !n.starts_with('.') && n != "__pycache__" && !n.contains(['/', '\\'])
+    };
+    let mut out: Vec<String> = Vec::new();
+    for (name, imported) in names.0 {
+        if !plain(&name) {
+            continue;
+        }
+        let found = if imported {
+            // A module file, or a folder of Python files (a package); an import `data` does
+            // not name a dataset folder `data/`.
+            let file = format!("{name}.py");
+            if dir.join(&file).is_file() {
+                Some(file)
+            } else if std::fs::read_dir(dir.join(&name)).is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "py")))
+            }) {
+                Some(name)
+            } else {
+                None
+            }
+        } else {
+            dir.join(&name).exists().then_some(name)
+        };
+        if let Some(f) = found {
+            out.push(f);
+        }
+    }
+    out.sort();
+    out.dedup();
     out
 }
 
@@ -284,6 +363,31 @@ mod tests {
             "{out}"
         );
         assert!(ruff_python_parser::parse_module(&out).is_ok(), "{out}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn local_files_are_what_strings_and_unpasted_imports_name() {
+        let dir = tempfile_dir("files");
+        std::fs::write(dir.join("beit.py"), "x = 1\n").unwrap();
+        std::fs::write(dir.join("config.yaml"), "a: 1\n").unwrap();
+        std::fs::write(dir.join("unrelated.py"), "y = 2\n").unwrap();
+        std::fs::create_dir_all(dir.join("pkg")).unwrap();
+        std::fs::write(dir.join("pkg/__init__.py"), "").unwrap();
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::write(dir.join("data/train.pt"), "").unwrap();
+        let src = "import os, torch\nfrom pkg.layers import Block\nimport data\n\
+                   path = os.path.join(os.path.dirname(__file__), 'beit.py')\n\
+                   cfg = open('./config.yaml').read()\nmissing = 'nothing.txt'\n";
+        assert_eq!(local_files(src, &dir), ["beit.py", "config.yaml", "pkg"]);
+        // A string naming a folder brings the folder; a relative import is not resolved here.
+        assert_eq!(
+            local_files(
+                "x = torch.load('data/train.pt')\nfrom . import beit\n",
+                &dir
+            ),
+            ["data"]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -242,7 +242,16 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         "gradsleuth repro: keeping {} {}: {}",
         target.code, target.category, target.message
     );
-    let candidate = work.join("candidate.py");
+    // Candidates run in a folder that mirrors the script's (links to its files), under the
+    // script's name: what the program reads beside itself (`__file__`-relative model code,
+    // configs) is there, and tracebacks name the same file.
+    let program_dir = work.join("program");
+    mirror(&script_dir, &program_dir, &script_path)?;
+    let candidate = program_dir.join(
+        script_path
+            .file_name()
+            .unwrap_or_else(|| std::ffi::OsStr::new("candidate.py")),
+    );
     let holds = |source: &str, oracle: &mut Oracle| -> bool {
         if std::fs::write(&candidate, source).is_err() {
             return false;
@@ -273,7 +282,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     let within = |s: &str, o: &mut Oracle| started.elapsed() < budget && holds(s, o);
     let (start, fed) = data_pass(&mut oracle, &candidate, &start, args.steps, &within);
     // Arguments computed from the data or the command line become the literals they were.
-    let (start, folded) = fold_pass(&mut oracle, &candidate, &start, &within);
+    let (start, folded) = fold_pass(&mut oracle, &candidate, &script_dir, &start, &within);
     let mut reduced = reduce(
         &start,
         |s| holds(s, &mut oracle),
@@ -302,6 +311,8 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         environment: &env,
         asserts_symptom: false,
     };
+    // What the program still reads beside itself goes into the kit, so repro.py runs there.
+    let (beside, too_big) = copy_local_files(&reduced.source, &script_dir, &out)?;
     let mut final_report = None;
     let params: Vec<String> = oracle_params(&mut oracle, &candidate, &reduced.source, &target);
     if !params.is_empty() {
@@ -347,6 +358,20 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     if !inlined.is_empty() {
         println!("  local modules pasted in: {}", inlined.join(", "));
     }
+    if !beside.is_empty() {
+        println!(
+            "  files the program reads, copied beside it: {}",
+            beside.join(", ")
+        );
+    }
+    if !too_big.is_empty() {
+        println!(
+            "  not copied (over {} MB in all; the program reads them from {}): {}",
+            KIT_FILES_MB,
+            script_dir.display(),
+            too_big.join(", ")
+        );
+    }
     if folded > 0 {
         println!("  arguments replaced by the constant they always were: {folded}");
     }
@@ -382,6 +407,91 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         shown("ISSUE.md")
     );
     Ok(0)
+}
+
+/// Links every entry of `dir` but `script` (and hidden ones) into `into`.
+fn mirror(dir: &Path, into: &Path, script: &Path) -> Result<(), CliError> {
+    std::fs::create_dir_all(into).map_err(io("cannot create the candidates' folder"))?;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with('.') || e.path() == script {
+            continue;
+        }
+        #[cfg(unix)]
+        let _ = std::os::unix::fs::symlink(e.path(), into.join(&name));
+    }
+    Ok(())
+}
+
+/// The kit carries at most this much of the script's folder.
+const KIT_FILES_MB: u64 = 16;
+
+/// Copies the entries of `dir` that `source` reads beside itself
+/// ([`gradsleuth_repro::inline::local_files`]) into `out`, never over a kit file nor beyond
+/// [`KIT_FILES_MB`] in all (folders: their files, `__pycache__` left out). Returns (copied,
+/// left out for size).
+fn copy_local_files(
+    source: &str,
+    dir: &Path,
+    out: &Path,
+) -> Result<(Vec<String>, Vec<String>), CliError> {
+    const KIT: [&str; 5] = [
+        "repro.py",
+        "test_repro.py",
+        "bench_repro.py",
+        "ENVIRONMENT.md",
+        "ISSUE.md",
+    ];
+    fn files(p: &Path, out: &mut Vec<PathBuf>) {
+        if p.is_file() {
+            out.push(p.to_path_buf());
+        } else if let Ok(d) = std::fs::read_dir(p) {
+            for e in d.flatten() {
+                if e.file_name() != "__pycache__" {
+                    files(&e.path(), out);
+                }
+            }
+        }
+    }
+    let mut copied = Vec::new();
+    let mut left = Vec::new();
+    // A kit written into the script's own folder has them already (never copy onto itself).
+    if std::fs::canonicalize(dir).ok() == std::fs::canonicalize(out).ok() {
+        return Ok((copied, left));
+    }
+    let mut budget = KIT_FILES_MB * 1024 * 1024;
+    for name in gradsleuth_repro::inline::local_files(source, dir) {
+        if KIT.contains(&name.as_str()) {
+            continue;
+        }
+        let mut all = Vec::new();
+        files(&dir.join(&name), &mut all);
+        let size: u64 = all
+            .iter()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        if size > budget {
+            left.push(name);
+            continue;
+        }
+        budget -= size;
+        for f in &all {
+            let rel = f.strip_prefix(dir).unwrap_or(f);
+            let to = out.join(rel);
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent).map_err(io("cannot create the kit's folder"))?;
+            }
+            std::fs::copy(f, &to).map_err(|e| {
+                CliError::Io(format!("cannot copy {} into the kit: {e}", f.display()))
+            })?;
+        }
+        copied.push(name);
+    }
+    Ok((copied, left))
 }
 
 /// Repro's first pass ([`gradsleuth_repro::data`]): the script runs once with each data site
@@ -458,6 +568,7 @@ fn observe(
 fn fold_pass(
     oracle: &mut Oracle,
     candidate: &Path,
+    script_dir: &Path,
     source: &str,
     holds: &dyn Fn(&str, &mut Oracle) -> bool,
 ) -> (String, usize) {
@@ -469,6 +580,19 @@ fn fold_pass(
     let Some(observed) = observe(oracle, candidate, &fold::instrument(source, &args)) else {
         return (source.to_owned(), 0);
     };
+    // A path into the folder the candidate ran from (or the script's, through its links) is
+    // where this machine keeps the files, not a constant of the program: never folded.
+    let mut here: Vec<String> = Vec::new();
+    for d in [candidate.parent(), script_dir.into()]
+        .into_iter()
+        .flatten()
+    {
+        here.push(d.to_string_lossy().into_owned());
+        if let Ok(c) = std::fs::canonicalize(d) {
+            here.push(c.to_string_lossy().into_owned());
+        }
+    }
+    here.retain(|d| d.len() > 1);
     fold::fold(
         source,
         &args,
@@ -476,6 +600,7 @@ fn fold_pass(
             observed
                 .get(&id)
                 .and_then(fold::constant)
+                .filter(|c| !here.iter().any(|d| c.contains(d.as_str())))
                 .map(str::to_owned)
         },
         |c| holds(c, oracle),

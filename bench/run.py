@@ -1161,8 +1161,8 @@ def bench_repro_mutants(sample=12, budget=120.0, goal_lines=30, goal_seconds=120
     """`gradsleuth repro` on mutants of third-party models (the mutation corpus's cache from
     `make eval`: every k-th valid mutant gradsleuth flags with an error, sorted): a training
     script that loads a model file copied from transformers, torchvision or timm, with the bug
-    in that file. Beside the sizes: whether the kit's repro.py runs alone, from an empty
-    folder, and still shows the finding."""
+    in that file. Beside the sizes: whether the kit's repro.py runs alone from an empty folder
+    (its symptom assertion, when the kit has one, holding)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent

@@ -168,6 +168,38 @@ def test_model_code_the_script_loads_beside_itself_goes_into_the_kit(tmp_path):
     assert f["params"] == ["body.weight", "body.bias"] and f["location"]["file"].endswith("net_code.py")
 
 
+def test_a_candidate_much_slower_than_the_program_is_not_kept(tmp_path):
+    # `settle(..., seconds=0.0)`: without the keyword the finding still holds, but every step
+    # waits the default 20 s (as a config without `hidden_size=32` builds the default, large
+    # model). A smaller program that much slower is not a better repro.
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import time
+            import torch
+
+            def settle(x, seconds=20.0):
+                return x if time.sleep(seconds + 1e-6 * torch.rand(()).item()) is None else x
+
+            model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(3):
+                h = settle(model[0](torch.randn(8, 4)), seconds=0.0).detach()
+                loss = model[1](h).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        )
+    )
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "90", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    source = (kit / "repro.py").read_text()
+    assert "GS201" in source and "seconds=0.0)" in source, source
+
+
 def test_nothing_to_reproduce_and_bad_input_are_clear_errors(tmp_path):
     clean = tmp_path / "clean.py"
     clean.write_text(

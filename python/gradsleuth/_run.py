@@ -242,6 +242,11 @@ def _saver(rec, capture_path):
     return save
 
 
+# Called when `--stop-after` ends the process once the observed steps are done (no `finally`
+# or `atexit` runs then): repro's fork server tells itself what the candidate imported.
+before_stop: list = []
+
+
 def _start(rec, config, dist_env, save):
     """Starts the tracer (and `watch` when asked) as the configuration says: (tracer, watch),
     None for what could not start."""
@@ -257,6 +262,11 @@ def _start(rec, config, dist_env, save):
             if config.stop_after:
                 sys.stdout.flush()
                 sys.stderr.flush()
+                for f in before_stop:
+                    try:
+                        f()
+                    except Exception:  # noqa: BLE001, S110 - the run's result is saved
+                        pass
                 os._exit(0)
 
         tracer = Tracer(

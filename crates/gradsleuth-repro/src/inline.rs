@@ -27,27 +27,41 @@ pub fn inline_local_imports(source: &str, dir: &Path) -> Option<(String, Vec<Str
     (!done.is_empty()).then_some((current, done))
 }
 
-/// The installed packages a script imports at top level (`import transformers`, `from
-/// torch.utils.data import X`: their first component), not the local modules next to it:
-/// what a fork server can import once for every candidate.
+/// The installed modules a script imports at top level, not the local modules next to it:
+/// what a fork server can import once for every candidate. Each module whole (`import
+/// transformers.models.albert` is `transformers.models.albert`, whose import is most of the
+/// cost, not only `transformers`), and each name imported from one as `module:name`
+/// (`transformers:AlbertConfig`: a lazily loaded package imports the name's module on access).
 pub fn installed_imports(source: &str, dir: &Path) -> Vec<String> {
     let Ok(parsed) = ruff_python_parser::parse_module(source) else {
         return Vec::new();
     };
     let mut out: Vec<String> = Vec::new();
-    let mut add = |module: &str| {
+    let mut add = |module: &str, names: &[&str]| {
         let top = module.split('.').next().unwrap_or(module);
         let local = dir.join(format!("{top}.py")).exists() || dir.join(top).is_dir();
-        if !top.is_empty() && top != "__future__" && !local && !out.iter().any(|m| m == top) {
-            out.push(top.to_owned());
+        if top.is_empty() || top == "__future__" || local {
+            return;
+        }
+        let wanted = std::iter::once(module.to_owned()).chain(
+            names
+                .iter()
+                .filter(|n| **n != "*")
+                .map(|n| format!("{module}:{n}")),
+        );
+        for m in wanted {
+            if !out.contains(&m) {
+                out.push(m);
+            }
         }
     };
     for s in &parsed.syntax().body {
         match s {
-            Stmt::Import(i) => i.names.iter().for_each(|a| add(a.name.as_str())),
+            Stmt::Import(i) => i.names.iter().for_each(|a| add(a.name.as_str(), &[])),
             Stmt::ImportFrom(f) if f.level == 0 => {
                 if let Some(m) = &f.module {
-                    add(m.as_str());
+                    let names: Vec<&str> = f.names.iter().map(|a| a.name.as_str()).collect();
+                    add(m.as_str(), &names);
                 }
             }
             _ => {}
@@ -302,10 +316,17 @@ mod tests {
     fn installed_imports_leave_out_local_modules() {
         let dir = tempfile_dir("installed");
         std::fs::write(dir.join("helpers.py"), "x = 1\n").unwrap();
-        let src = "from __future__ import annotations\nimport torch.nn as nn, os\nfrom transformers import AutoModel\nfrom helpers import x\nfrom . import y\nimport torch\n";
+        let src = "from __future__ import annotations\nimport torch.nn as nn, os\nfrom transformers import AutoModel\nfrom helpers import x\nfrom . import y\nimport torch\nimport transformers.models.albert\n";
         assert_eq!(
             installed_imports(src, &dir),
-            vec!["torch", "os", "transformers"]
+            vec![
+                "torch.nn",
+                "os",
+                "transformers",
+                "transformers:AutoModel",
+                "torch",
+                "transformers.models.albert"
+            ]
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -62,7 +62,19 @@ struct Oracle {
     runs: u32,
     /// Installed packages the server imports once before forking (sent with each request).
     preload: Vec<String>,
+    /// Seconds the last kept program's run took: a candidate is cut off at
+    /// [`SLOWER`] times that (plus [`SLACK`] s), and counts as not showing the finding.
+    reference: Option<f64>,
+    /// Seconds the last run took.
+    last: f64,
 }
+
+/// A candidate may run this many times longer than the program it reduces, plus [`SLACK`]
+/// seconds: dropping `hidden_size=32` from a config shows the same finding on the class's
+/// default model, a hundred times larger; a reproduction that takes a minute instead of a
+/// second is not smaller in any way that matters.
+const SLOWER: f64 = 3.0;
+const SLACK: f64 = 2.0;
 
 /// What one run left.
 struct Outcome {
@@ -120,6 +132,8 @@ impl Oracle {
             timeout: args.timeout,
             runs: 0,
             preload: Vec::new(),
+            reference: None,
+            last: 0.0,
         })
     }
 
@@ -150,12 +164,19 @@ impl Oracle {
         let config_path = self.work.join("run.config");
         std::fs::write(&config_path, config.to_json())
             .map_err(io("cannot write the run configuration"))?;
+        // Stopped after the observed steps, a candidate is held to the program's pace; run to
+        // its end (the kit's check), only to the timeout.
+        let timeout = match self.reference {
+            Some(r) if !to_end => self.timeout.min(r * SLOWER + SLACK),
+            _ => self.timeout,
+        };
+        let started = std::time::Instant::now();
         let request = serde_json::json!({
             "script": script,
             "args": self.args,
             "config": config_path,
             "log": self.work.join("run.log"),
-            "timeout": self.timeout,
+            "timeout": timeout,
             "observe": observe,
             "preload": self.preload,
         });
@@ -171,6 +192,7 @@ impl Oracle {
         self.stdout
             .read_line(&mut line)
             .map_err(|e| CliError::Io(format!("the oracle stopped: {e}")))?;
+        self.last = started.elapsed().as_secs_f64();
         if line.is_empty() {
             let why = std::fs::read_to_string(self.work.join("oracle.log")).unwrap_or_default();
             return Err(CliError::Io(format!(
@@ -230,6 +252,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     oracle.preload = gradsleuth_repro::inline::installed_imports(&original, &script_dir);
     eprintln!("gradsleuth repro: running {script} under gradsleuth...");
     let baseline = oracle.run(&script_path, false)?;
+    oracle.reference = Some(oracle.last);
     let Some(report) = &baseline.report else {
         return Err(CliError::Usage(format!(
             "{script} left no capture (see {})",
@@ -258,8 +281,12 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         }
         match oracle.run(&candidate, false) {
             Ok(o) => {
-                o.report.as_ref().is_some_and(|r| target.holds(r))
-                    && error_kind(&o) == baseline_error
+                let kept = o.report.as_ref().is_some_and(|r| target.holds(r))
+                    && error_kind(&o) == baseline_error;
+                if kept {
+                    oracle.reference = Some(oracle.last);
+                }
+                kept
             }
             Err(_) => false,
         }

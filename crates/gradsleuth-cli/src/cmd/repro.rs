@@ -436,7 +436,10 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     Ok(0)
 }
 
-/// Links every entry of `dir` but `script` (and hidden ones) into `into`.
+/// Puts every entry of `dir` but `script` (and hidden ones) into `into`: files up to
+/// [`KIT_FILES_MB`] copied (a candidate that writes beside itself, `torch.save` to
+/// `__file__`'s folder, writes the copy, never the user's file), folders and larger files
+/// linked.
 fn mirror(dir: &Path, into: &Path, script: &Path) -> Result<(), CliError> {
     std::fs::create_dir_all(into).map_err(io("cannot create the candidates' folder"))?;
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -445,6 +448,12 @@ fn mirror(dir: &Path, into: &Path, script: &Path) -> Result<(), CliError> {
     for e in entries.flatten() {
         let name = e.file_name();
         if name.to_string_lossy().starts_with('.') || e.path() == script {
+            continue;
+        }
+        let small = e
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.len() <= KIT_FILES_MB * 1024 * 1024);
+        if small && std::fs::copy(e.path(), into.join(&name)).is_ok() {
             continue;
         }
         #[cfg(unix)]

@@ -265,9 +265,9 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         "gradsleuth repro: keeping {} {}: {}",
         target.code, target.category, target.message
     );
-    // Candidates run in a folder that mirrors the script's (links to its files), under the
-    // script's name: what the program reads beside itself (`__file__`-relative model code,
-    // configs) is there, and tracebacks name the same file.
+    // Candidates run in a folder that mirrors the script's ([`mirror`]), under the script's
+    // name: what the program reads beside itself (`__file__`-relative model code, configs) is
+    // there, and tracebacks name the same file.
     let program_dir = work.join("program");
     mirror(&script_dir, &program_dir, &script_path)?;
     let candidate = program_dir.join(
@@ -393,7 +393,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     }
     if !too_big.is_empty() {
         println!(
-            "  not copied (over {} MB in all; the program reads them from {}): {}",
+            "  not copied (over {} MB in all; put them beside repro.py from {}): {}",
             KIT_FILES_MB,
             script_dir.display(),
             too_big.join(", ")

@@ -1224,6 +1224,9 @@ def _repro_table(what, scripts, budget, goal_lines, goal_seconds, standalone=Fal
                     cwd=empty, capture_output=True, text=True, timeout=budget + 120,
                 )
                 alone = "yes" if plain.returncode == 0 else "NO"
+                if plain.returncode:
+                    last = (plain.stderr.strip().splitlines() or ["?"])[-1][:100]
+                    print(f"{'':42}repro.py alone: {last}")
         if proc.returncode != 0 or not m:
             why = (proc.stderr.strip().splitlines() or ["?"])[-1][:60]
             rows.append((name, original, None, seconds, False))

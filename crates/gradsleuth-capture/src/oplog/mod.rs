@@ -1006,11 +1006,23 @@ impl<K, N> OpLog<K, N> {
             if rewrap_exits.contains(&id) {
                 continue;
             }
-            let pool = if cut.soft { zero } else { &hard_pool };
+            // Not a derivative taken without `create_graph`: the loss still depends on the
+            // parameters through its other terms, and an exactly zero gradient there is theirs
+            // (a critic's last bias cancels in `critic(fake).mean() - critic(real).mean()`).
+            let pool = if cut.soft {
+                zero
+            } else if cut.kind == Category::CreateGraph {
+                unreached
+            } else {
+                &hard_pool
+            };
             let (mut params, mut first_leaf) = Self::reach(h, cut, pool);
             // The chain starts from a parameter the backward never reached, when there is one:
             // the plainest evidence of the cut.
-            if !cut.soft && params.iter().any(|k| zero.values().any(|z| z == k)) {
+            if !cut.soft
+                && cut.kind != Category::CreateGraph
+                && params.iter().any(|k| zero.values().any(|z| z == k))
+            {
                 if let (_, Some(a)) = Self::reach(h, cut, unreached) {
                     first_leaf = Some(a);
                 }

@@ -939,11 +939,12 @@ impl<K, N> OpLog<K, N> {
     }
 
     /// Parameters in `pool` (address -> key) that the cut's inputs depend on, and the address
-    /// of the first one found.
+    /// of the first one found, one not in `later` when there is one.
     fn reach<H: Host<Keeper = K, Kept = N>>(
         h: &mut H,
         cut: &Cut<N>,
         pool: &FxHashMap<usize, u64>,
+        later: &FxHashMap<usize, u64>,
     ) -> (Vec<u64>, Option<u64>) {
         let roots: Vec<H::Node> = cut.nodes.iter().map(|n| h.node(n)).collect();
         let mut leaves: Vec<u64> = cut.leaves.iter().map(|p| *p as u64).collect();
@@ -951,16 +952,20 @@ impl<K, N> OpLog<K, N> {
             leaves.extend(w.leaves);
         }
         let mut params = Vec::new();
-        let mut first = None;
+        let (mut first, mut fallback) = (None, None);
         for l in leaves {
             if let Some(k) = pool.get(&(l as usize)) {
                 if !params.contains(k) {
                     params.push(*k);
-                    first.get_or_insert(l);
+                    if later.contains_key(&(l as usize)) {
+                        fallback.get_or_insert(l);
+                    } else {
+                        first.get_or_insert(l);
+                    }
                 }
             }
         }
-        (params, first)
+        (params, first.or(fallback))
     }
 
     /// Attributes parameters the backward did not reach (`unreached`: address -> key) and
@@ -998,6 +1003,7 @@ impl<K, N> OpLog<K, N> {
             .chain(zero.iter())
             .map(|(a, k)| (*a, *k))
             .collect();
+        let none = FxHashMap::default();
         let mut out: Vec<CutRec> = Vec::new();
         for id in order {
             let Some(cut) = self.cuts.get(id as usize) else {
@@ -1016,17 +1022,10 @@ impl<K, N> OpLog<K, N> {
             } else {
                 &hard_pool
             };
-            let (mut params, mut first_leaf) = Self::reach(h, cut, pool);
-            // The chain starts from a parameter the backward never reached, when there is one:
-            // the plainest evidence of the cut.
-            if !cut.soft
-                && cut.kind != Category::CreateGraph
-                && params.iter().any(|k| zero.values().any(|z| z == k))
-            {
-                if let (_, Some(a)) = Self::reach(h, cut, unreached) {
-                    first_leaf = Some(a);
-                }
-            }
+            // A hard cut's chain starts from a parameter the backward never reached, when there
+            // is one: the plainest evidence of the cut.
+            let later = if cut.soft { &none } else { zero };
+            let (mut params, first_leaf) = Self::reach(h, cut, pool, later);
             // Downstream of a non-differentiable op: parameters whose input it made constant
             // (their gradient exactly zero) are lost to it too.
             if cut.kind == Category::NonDifferentiable {
@@ -1127,7 +1126,7 @@ impl<K, N> OpLog<K, N> {
                 {
                     continue;
                 }
-                let (params, _) = Self::reach(h, cut, &left);
+                let (params, _) = Self::reach(h, cut, &left, &none);
                 if params.is_empty() {
                     continue;
                 }
@@ -1169,7 +1168,7 @@ impl<K, N> OpLog<K, N> {
                     .cuts
                     .iter()
                     .filter(|c| !c.soft)
-                    .filter(|c| !Self::reach(h, c, unreached).0.is_empty())
+                    .filter(|c| !Self::reach(h, c, unreached, &none).0.is_empty())
                     .take(1)
                     .collect();
             }

@@ -168,6 +168,76 @@ def test_model_code_the_script_loads_beside_itself_goes_into_the_kit(tmp_path):
     assert f["params"] == ["body.weight", "body.bias"] and f["location"]["file"].endswith("net_code.py")
 
 
+def test_an_import_needed_only_for_its_side_effect_is_put_back(tmp_path):
+    # The eval's shape: a modified copy of a library model file loaded in place of the
+    # original. Importing `torchvision.models` first registers the library's models, so the
+    # loader can drop the original's entries before the copy registers the same name again.
+    # No name of the import is used: under repro's server, which has the script's packages
+    # imported already, a candidate without it shows the finding; run alone it raises.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "alexnet.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+            from torchvision.models._api import register_model
+
+            class AlexNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.features = nn.Linear(8, 8)
+                    self.classifier = nn.Linear(8, 2)
+
+                def forward(self, x):
+                    return self.classifier(self.features(x).detach())
+
+            @register_model()
+            def alexnet(**kwargs):
+                return AlexNet()
+            """
+        )
+    )
+    script = project / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import importlib.util
+            import os
+            import sys
+            import torch
+            import torchvision.models
+
+            def load(file, name):
+                path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file)
+                registry = getattr(sys.modules.get("torchvision.models._api"), "BUILTIN_MODELS", {})
+                for key in [k for k, fn in registry.items() if getattr(fn, "__module__", None) == name]:
+                    del registry[key]
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                return module
+
+            model = load("alexnet.py", "torchvision.models.alexnet").alexnet()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(3):
+                loss = model(torch.randn(4, 8)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        )
+    )
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "90", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "imports put back (run alone, the program needs them): import torchvision.models" in proc.stdout
+    assert "warning" not in proc.stdout, proc.stdout
+    source = (kit / "repro.py").read_text()
+    assert "torch.optim" not in source, source  # reduced, the import put back only
+    _standalone(kit / "repro.py", tmp_path)
+
+
 def test_a_candidate_much_slower_than_the_program_is_not_kept(tmp_path):
     # `settle(..., seconds=0.0)`: without the keyword the finding still holds, but every step
     # waits the default 20 s (as a config without `hidden_size=32` builds the default, large

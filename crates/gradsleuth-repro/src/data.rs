@@ -471,12 +471,54 @@ pub fn with_imports(source: &str, modules: &[String]) -> Option<String> {
             matches!(s, Stmt::Import(i) if i.names.iter().any(|a| a.name.as_str() == m && a.asname.is_none()))
         })
     };
-    let missing: Vec<&String> = modules.iter().filter(|m| !imported(m)).collect();
-    if missing.is_empty() {
-        return Some(source.to_owned());
+    let missing: Vec<String> = modules
+        .iter()
+        .filter(|m| !imported(m))
+        .map(|m| format!("import {m}"))
+        .collect();
+    Some(put_first(source, body, &missing))
+}
+
+/// The module-level import statements of `before` (their source text) that `after` no longer
+/// has: what a reduction dropped. Under the reducer's server a dropped import of an installed
+/// module changes nothing (the server imported it already), run alone it may (an import
+/// that registers something the program relies on).
+pub fn dropped_imports(before: &str, after: &str) -> Vec<String> {
+    let imports = |source: &str| -> Vec<String> {
+        ruff_python_parser::parse_module(source)
+            .map(|p| {
+                p.syntax()
+                    .body
+                    .iter()
+                    .filter(|s| matches!(s, Stmt::Import(_) | Stmt::ImportFrom(_)))
+                    .filter(|s| !prelude(1, s))
+                    .map(|s| source[s.range()].to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let kept = imports(after);
+    let mut out = Vec::new();
+    for s in imports(before) {
+        if !kept.contains(&s) && !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// `source` with `statements` (module-level statements' text) put after its prelude.
+pub fn with_statements(source: &str, statements: &[String]) -> Option<String> {
+    let parsed = ruff_python_parser::parse_module(source).ok()?;
+    Some(put_first(source, &parsed.syntax().body, statements))
+}
+
+fn put_first(source: &str, body: &[Stmt], statements: &[String]) -> String {
+    if statements.is_empty() {
+        return source.to_owned();
     }
     let at = after_prelude(source, body);
-    let lines: String = missing.iter().map(|m| format!("import {m}\n")).collect();
+    let lines: String = statements.iter().map(|m| format!("{m}\n")).collect();
     let mut out = source.to_owned();
     if at == source.len() && !source.ends_with('\n') && !source.is_empty() {
         out.push('\n');
@@ -484,7 +526,7 @@ pub fn with_imports(source: &str, modules: &[String]) -> Option<String> {
     } else {
         out.insert_str(at, &lines);
     }
-    Some(out)
+    out
 }
 
 /// `source` with `site` fed the rebuilt `value`: a loop iterates over `[VALUE] * repeat`
@@ -654,5 +696,21 @@ for z in loader: print(z)
         let o = observations("{\"site\": 1, \"value\": {\"literal\": \"3\"}}\nnot json\n");
         assert_eq!(o.get(&1), Some(&Value::Literal("3".into())));
         assert_eq!(o.len(), 1);
+    }
+
+    #[test]
+    fn imports_a_reduction_dropped_go_back_after_the_prelude() {
+        let before = "\"\"\"Doc.\"\"\"\nfrom __future__ import annotations\nimport torch\nimport torchvision\nfrom torch import (\n    nn,\n)\nx = 1\nif x:\n    import os\n";
+        let after = "\"\"\"Doc.\"\"\"\nfrom __future__ import annotations\nimport torch\nx = 1\n";
+        let dropped = dropped_imports(before, after);
+        assert_eq!(
+            dropped,
+            ["import torchvision", "from torch import (\n    nn,\n)"]
+        );
+        assert_eq!(
+            with_statements(after, &dropped).unwrap(),
+            "\"\"\"Doc.\"\"\"\nfrom __future__ import annotations\nimport torchvision\nfrom torch import (\n    nn,\n)\nimport torch\nx = 1\n"
+        );
+        assert!(dropped_imports(after, after).is_empty());
     }
 }

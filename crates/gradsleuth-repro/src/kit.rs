@@ -28,7 +28,8 @@ pub struct Kit<'a> {
 /// Python that finds the named parameters among the program's models and asserts that none
 /// of them received a gradient: `before` goes after the program's docstring and `__future__`
 /// imports (a global forward pre-hook keeps every module the program calls, so a model local
-/// to `main()` is still there at the end), `after` at its end. Kept only if it holds when run.
+/// to `main()` is still there at the end; it uses the `_torch` that [`seed`] binds before it),
+/// `after` at its end. Kept only if it holds when run.
 pub struct Symptom {
     pub before: String,
     pub after: String,
@@ -38,7 +39,6 @@ pub fn symptom_check(params: &[String]) -> Symptom {
     let names: Vec<String> = params.iter().map(|p| format!("{p:?}")).collect();
     Symptom {
         before: r#"# --- gradsleuth repro: keep the models the program calls, for the check at the end ---
-import torch as _torch
 _called = {}
 _torch.nn.modules.module.register_module_forward_pre_hook(lambda m, _a: _called.__setitem__(id(m), m))
 "#
@@ -59,6 +59,30 @@ assert _stuck, "the symptom is gone: every named parameter received a gradient"
     }
 }
 
+/// The seeding every run of the reduction had (`gradsleuth._oracle` seeds torch's, Python's and
+/// numpy's generators with 0 before a candidate starts): a program whose symptom depends on a
+/// random draw shows it in `repro.py` as it did to the reducer. Python's and numpy's only
+/// when the program imports them (torch does not need numpy). Binds `_torch`, which the
+/// symptom check uses.
+pub fn seed(program: &str) -> String {
+    let imports = |m: &str| {
+        program.lines().any(|l| {
+            let l = l.trim_start();
+            l.starts_with(&format!("import {m}")) || l.starts_with(&format!("from {m} import"))
+        })
+    };
+    let mut s = String::from(
+        "# --- gradsleuth repro: seeded as every run of the reduction was ---\nimport torch as _torch\n_torch.manual_seed(0)\n",
+    );
+    if imports("random") {
+        s.push_str("__import__(\"random\").seed(0)\n");
+    }
+    if imports("numpy") {
+        s.push_str("__import__(\"numpy\").random.seed(0)\n");
+    }
+    s
+}
+
 impl Kit<'_> {
     pub fn repro_py(&self, check: Option<&Symptom>) -> String {
         let mut s = format!(
@@ -70,15 +94,15 @@ impl Kit<'_> {
             self.original_lines,
             self.program_lines
         );
-        match check {
-            Some(c) => {
-                let at = crate::data::prelude_end(self.program).unwrap_or(0);
-                s.push_str(&self.program[..at]);
-                s.push_str(&c.before);
-                s.push_str(&self.program[at..]);
-                s.push_str(&c.after);
-            }
-            None => s.push_str(self.program),
+        let at = crate::data::prelude_end(self.program).unwrap_or(0);
+        s.push_str(&self.program[..at]);
+        s.push_str(&seed(self.program));
+        if let Some(c) = check {
+            s.push_str(&c.before);
+        }
+        s.push_str(&self.program[at..]);
+        if let Some(c) = check {
+            s.push_str(&c.after);
         }
         s
     }
@@ -256,5 +280,46 @@ mod tests {
         let body = text.find("import torch\n\n\ndef main").unwrap();
         assert!(future < hook && hook < body, "{text}");
         assert!(text.trim_end().ends_with("received a gradient\""), "{text}");
+    }
+
+    #[test]
+    fn repro_py_is_seeded_as_the_reduction_was() {
+        let plain = seed("import torch\nx = torch.randn(3)\n");
+        assert!(plain.contains("_torch.manual_seed(0)"), "{plain}");
+        assert!(
+            !plain.contains("random\").seed") && !plain.contains("numpy"),
+            "{plain}"
+        );
+        let all = seed("import random\nimport numpy as np\nimport torch\n");
+        assert!(all.contains("__import__(\"random\").seed(0)"), "{all}");
+        assert!(
+            all.contains("__import__(\"numpy\").random.seed(0)"),
+            "{all}"
+        );
+        let target = Target {
+            code: "GS201".into(),
+            category: "detach".into(),
+            roles: vec![],
+            message: String::new(),
+        };
+        let kit = Kit {
+            target: &target,
+            finding: None,
+            program: "from __future__ import annotations\nimport torch\n",
+            original: "train.py",
+            original_lines: 2,
+            program_lines: 2,
+            seconds: 1.0,
+            checks: 1,
+            environment: &[],
+            asserts_symptom: false,
+        };
+        for check in [None, Some(symptom_check(&["w".to_owned()]))] {
+            let text = kit.repro_py(check.as_ref());
+            let seeded = text.find("_torch.manual_seed(0)").unwrap();
+            assert!(text.find("from __future__").unwrap() < seeded, "{text}");
+            // Before the program's own code (its `import torch`).
+            assert!(seeded < text.find("import torch\n").unwrap(), "{text}");
+        }
     }
 }

@@ -67,6 +67,9 @@ struct Oracle {
     reference: Option<f64>,
     /// Seconds the last run took.
     last: f64,
+    python: PathBuf,
+    /// `PYTHONPATH` of a run in a new interpreter: the user's, without the script's folder.
+    fresh_path: Option<std::ffi::OsString>,
 }
 
 /// A candidate may run this many times longer than the program it reduces, plus [`SLACK`]
@@ -89,13 +92,15 @@ impl Oracle {
         work: &Path,
         args: &ReproArgs,
     ) -> Result<Oracle, CliError> {
-        let mut paths = vec![script_dir.to_path_buf()];
+        let mut fresh = Vec::new();
         if let Some(pkg) = std::env::var_os("GRADSLEUTH_PACKAGE_PATH") {
-            paths.push(PathBuf::from(pkg));
+            fresh.push(PathBuf::from(pkg));
         }
         if let Some(old) = std::env::var_os("PYTHONPATH") {
-            paths.extend(std::env::split_paths(&old));
+            fresh.extend(std::env::split_paths(&old));
         }
+        let mut paths = vec![script_dir.to_path_buf()];
+        paths.extend(fresh.iter().cloned());
         let log = std::fs::File::create(work.join("oracle.log"))
             .map_err(io("cannot write the oracle's log"))?;
         let mut cmd = Command::new(python);
@@ -134,7 +139,76 @@ impl Oracle {
             preload: Vec::new(),
             reference: None,
             last: 0.0,
+            python: python.to_path_buf(),
+            fresh_path: std::env::join_paths(fresh).ok(),
         })
+    }
+
+    /// Writes the run configuration of a run; returns its path.
+    fn config(&self, to_end: bool) -> Result<PathBuf, CliError> {
+        let capture_path = self.work.join("capture.json");
+        let _ = std::fs::remove_file(&capture_path);
+        let _ = std::fs::remove_file(self.work.join("refused.txt"));
+        let config = RunConfig {
+            capture: Some(capture_path.to_string_lossy().into_owned()),
+            steps: self.steps,
+            stop_after: !to_end,
+            refusal: Some(self.work.join("refused.txt").to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+        let config_path = self.work.join("run.config");
+        std::fs::write(&config_path, config.to_json())
+            .map_err(io("cannot write the run configuration"))?;
+        Ok(config_path)
+    }
+
+    /// What the last run left.
+    fn outcome(&self) -> Result<Outcome, CliError> {
+        if let Ok(why) = std::fs::read_to_string(self.work.join("refused.txt")) {
+            return Err(CliError::Usage(why.trim().to_owned()));
+        }
+        let capture = std::fs::read_to_string(self.work.join("capture.json"))
+            .ok()
+            .and_then(|t| Capture::from_json(&t).ok());
+        let report = capture.as_ref().map(gradsleuth_analysis::analyze);
+        Ok(Outcome { capture, report })
+    }
+
+    /// Runs `script` under the tracer in a new interpreter from `cwd`, as a user runs the kit:
+    /// nothing imported before it (the server has imported the script's packages, which hides
+    /// an import the program needs for its side effect, such as registering a model), and
+    /// not the script's folder on the path. Its output goes to `fresh.log`.
+    fn run_fresh(&mut self, script: &Path, to_end: bool, cwd: &Path) -> Result<Outcome, CliError> {
+        self.runs += 1;
+        let config = self.config(to_end)?;
+        let log = std::fs::File::create(self.work.join("fresh.log"))
+            .map_err(io("cannot write the run's log"))?;
+        let mut cmd = Command::new(&self.python);
+        cmd.args(["-m", "gradsleuth._run", "--"])
+            .arg(script)
+            .args(&self.args)
+            .current_dir(cwd)
+            .env("GRADSLEUTH_RUN_CONFIG", &config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(io("cannot write the run's log"))?)
+            .stderr(log);
+        match &self.fresh_path {
+            Some(p) if !p.is_empty() => cmd.env("PYTHONPATH", p),
+            _ => cmd.env_remove("PYTHONPATH"),
+        };
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| CliError::Usage(format!("cannot start {}: {e}", self.python.display())))?;
+        let started = std::time::Instant::now();
+        while child.try_wait().map_err(io("the run"))?.is_none() {
+            if started.elapsed().as_secs_f64() > self.timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.outcome()
     }
 
     /// Runs `script` under the tracer; `to_end`: let it finish (else it ends after the
@@ -152,18 +226,7 @@ impl Oracle {
         observe: Option<&Path>,
     ) -> Result<Outcome, CliError> {
         self.runs += 1;
-        let capture_path = self.work.join("capture.json");
-        let _ = std::fs::remove_file(&capture_path);
-        let config = RunConfig {
-            capture: Some(capture_path.to_string_lossy().into_owned()),
-            steps: self.steps,
-            stop_after: !to_end,
-            refusal: Some(self.work.join("refused.txt").to_string_lossy().into_owned()),
-            ..Default::default()
-        };
-        let config_path = self.work.join("run.config");
-        std::fs::write(&config_path, config.to_json())
-            .map_err(io("cannot write the run configuration"))?;
+        let config_path = self.config(to_end)?;
         // Stopped after the observed steps, a candidate is held to the program's pace; run to
         // its end (the kit's check), only to the timeout.
         let timeout = match self.reference {
@@ -200,14 +263,7 @@ impl Oracle {
                 why.lines().last().unwrap_or("no output")
             )));
         }
-        if let Ok(why) = std::fs::read_to_string(self.work.join("refused.txt")) {
-            return Err(CliError::Usage(why.trim().to_owned()));
-        }
-        let capture = std::fs::read_to_string(&capture_path)
-            .ok()
-            .and_then(|t| Capture::from_json(&t).ok());
-        let report = capture.as_ref().map(gradsleuth_analysis::analyze);
-        Ok(Outcome { capture, report })
+        self.outcome()
     }
 }
 
@@ -339,23 +395,97 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         asserts_symptom: false,
     };
     // What the program still reads beside itself goes into the kit, so repro.py runs there.
-    let (beside, too_big) = copy_local_files(&reduced.source, &script_dir, &out)?;
-    let mut final_report = None;
+    let (mut beside, mut too_big) = copy_local_files(&reduced.source, &script_dir, &out)?;
     let params: Vec<String> = oracle_params(&mut oracle, &candidate, &reduced.source, &target);
-    if !params.is_empty() {
-        let text = kit.repro_py(Some(&symptom_check(&params)));
-        std::fs::write(&repro, &text).map_err(io("cannot write repro.py"))?;
-        if let Ok(o) = oracle.run(&repro, true) {
-            if error_kind(&o).is_none() && o.report.as_ref().is_some_and(|r| target.holds(r)) {
-                kit.asserts_symptom = true;
-                final_report = o.report;
+    // repro.py is checked as a user will run it: a new interpreter, from the kit's folder.
+    let checker = KitCheck {
+        repro: &repro,
+        out: &out,
+        params: &params,
+        target: &target,
+    };
+    let check = |oracle: &mut Oracle, program: &str, fresh: bool, need_symptom: bool| {
+        let kit = Kit {
+            program,
+            program_lines: code_lines(program),
+            ..kit
+        };
+        checker.run(oracle, &kit, fresh, need_symptom)
+    };
+    let mut program = reduced.source.clone();
+    let mut verdict = check(&mut oracle, &program, true, false);
+    // The reducer's server had the script's packages imported, so an import the program needs
+    // only for its side effect (torchvision's model registry, a plugin that registers itself)
+    // was dropped unseen: put back what the reduction dropped, then drop again each one
+    // the program shows the finding without.
+    let dropped = gradsleuth_repro::data::dropped_imports(&start, &reduced.source);
+    let mut restored: Vec<String> = Vec::new();
+    if verdict.is_none() && !dropped.is_empty() {
+        if let Some(all) = gradsleuth_repro::data::with_statements(&reduced.source, &dropped) {
+            let (more, big) = copy_local_files(&all, &script_dir, &out)?;
+            if let Some(v) = check(&mut oracle, &all, true, false) {
+                // Each one dropped again must keep what the kit shows (the symptom asserted).
+                let need_symptom = v.0;
+                verdict = Some(v);
+                restored.clone_from(&dropped);
+                if dropped.len() <= MAX_RESTORED_TRIED {
+                    for statement in &dropped {
+                        let fewer: Vec<String> = restored
+                            .iter()
+                            .filter(|s| *s != statement)
+                            .cloned()
+                            .collect();
+                        let Some(p) =
+                            gradsleuth_repro::data::with_statements(&reduced.source, &fewer)
+                        else {
+                            continue;
+                        };
+                        if let Some(v) = check(&mut oracle, &p, true, need_symptom) {
+                            verdict = Some(v);
+                            restored = fewer;
+                        }
+                    }
+                }
+                program = gradsleuth_repro::data::with_statements(&reduced.source, &restored)
+                    .unwrap_or(all);
+                let needed = gradsleuth_repro::inline::local_files(&program, &script_dir);
+                for m in more {
+                    if needed.contains(&m) && !beside.contains(&m) {
+                        beside.push(m);
+                    }
+                }
+                for m in big {
+                    if !too_big.contains(&m) {
+                        too_big.push(m);
+                    }
+                }
             }
         }
     }
-    if !kit.asserts_symptom {
-        std::fs::write(&repro, kit.repro_py(None)).map_err(io("cannot write repro.py"))?;
-        final_report = oracle.run(&repro, false).ok().and_then(|o| o.report);
+    let alone = verdict.is_some();
+    let why_not_alone = (!alone).then(|| {
+        std::fs::read_to_string(work.join("fresh.log"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
+    });
+    if !alone {
+        program = reduced.source.clone();
+        verdict = check(&mut oracle, &program, false, false);
     }
+    let (asserts, final_report) = verdict.unwrap_or((false, None));
+    let program_lines = code_lines(&program);
+    kit.program = &program;
+    kit.program_lines = program_lines;
+    kit.asserts_symptom = asserts;
+    let symptom = symptom_check(&params);
+    std::fs::write(&repro, kit.repro_py(asserts.then_some(&symptom)))
+        .map_err(io("cannot write repro.py"))?;
     let finding = final_report
         .as_ref()
         .and_then(|r| r.findings.iter().find(|f| f.code == target.code).cloned());
@@ -401,6 +531,18 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     }
     if folded > 0 {
         println!("  arguments replaced by the constant they always were: {folded}");
+    }
+    if !restored.is_empty() {
+        println!(
+            "  imports put back (run alone, the program needs them): {}",
+            restored.join("; ").replace('\n', " ")
+        );
+    }
+    if let Some(why) = &why_not_alone {
+        println!(
+            "  warning: repro.py shows the finding only in the reducer's runs, not run alone in a new interpreter{}",
+            if why.is_empty() { String::new() } else { format!(" ({why})") }
+        );
     }
     if !fed.is_empty() {
         println!(
@@ -460,6 +602,58 @@ fn mirror(dir: &Path, into: &Path, script: &Path) -> Result<(), CliError> {
         let _ = std::os::unix::fs::symlink(e.path(), into.join(&name));
     }
     Ok(())
+}
+
+/// Restored imports (see `run`) are dropped again one by one only up to this many; beyond it,
+/// all stay.
+const MAX_RESTORED_TRIED: usize = 8;
+
+/// Where `repro.py` goes and what it must show.
+struct KitCheck<'a> {
+    repro: &'a Path,
+    /// The kit's folder (a run in a new interpreter starts there).
+    out: &'a Path,
+    params: &'a [String],
+    target: &'a Target,
+}
+
+impl KitCheck<'_> {
+    /// Writes `repro.py` for `kit` and runs it (`fresh`: in a new interpreter, else in the
+    /// server): with the symptom check to the program's end when `params` are known, else
+    /// (unless `need_symptom`) without it, stopped after the observed steps. Some((asserts the
+    /// symptom, the run's report)) when the finding holds.
+    fn run(
+        &self,
+        oracle: &mut Oracle,
+        kit: &Kit,
+        fresh: bool,
+        need_symptom: bool,
+    ) -> Option<(bool, Option<Report>)> {
+        let (repro, out, params, target) = (self.repro, self.out, self.params, self.target);
+        let run = |oracle: &mut Oracle, text: String, to_end: bool| {
+            std::fs::write(repro, text).ok()?;
+            if fresh {
+                oracle.run_fresh(repro, to_end, out).ok()
+            } else {
+                oracle.run(repro, to_end).ok()
+            }
+        };
+        if !params.is_empty() {
+            if let Some(o) = run(oracle, kit.repro_py(Some(&symptom_check(params))), true) {
+                if error_kind(&o).is_none() && o.report.as_ref().is_some_and(|r| target.holds(r)) {
+                    return Some((true, o.report));
+                }
+            }
+        }
+        if need_symptom {
+            return None;
+        }
+        let o = run(oracle, kit.repro_py(None), false)?;
+        o.report
+            .as_ref()
+            .is_some_and(|r| target.holds(r))
+            .then_some((false, o.report))
+    }
 }
 
 /// The kit carries at most this much of the script's folder.

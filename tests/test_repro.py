@@ -105,6 +105,71 @@ def test_local_modules_are_pasted_in_and_the_rest_cut(tmp_path):
     assert f["category"] == "unregistered"
 
 
+def test_a_local_package_and_its_relative_imports_are_pasted_in(tmp_path):
+    # The common project layout: the model in a package beside the script, its modules
+    # importing each other relatively; the bug in one of them. The kit is one file.
+    project = tmp_path / "project"
+    (project / "models").mkdir(parents=True)
+    (project / "models" / "__init__.py").write_text("from .tower import Tower\n")
+    (project / "models" / "layers.py").write_text(
+        textwrap.dedent(
+            """
+            from torch import nn
+
+            def mlp(dim):
+                return nn.Sequential(nn.Linear(dim, dim), nn.ReLU())
+            """
+        )
+    )
+    (project / "models" / "tower.py").write_text(
+        textwrap.dedent(
+            """
+            from torch import nn
+            from .layers import mlp
+
+            class Tower(nn.Module):
+                def __init__(self, dim=6):
+                    super().__init__()
+                    self.encoder = mlp(dim)
+                    self.head = nn.Linear(dim, 1)
+
+                def forward(self, x):
+                    return self.head(self.encoder(x).detach())
+            """
+        )
+    )
+    script = project / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from models import Tower
+
+            history = []
+            model = Tower()
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(3):
+                loss = model(torch.randn(16, 6)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                history.append(loss.item())
+            print(history)
+            """
+        )
+    )
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "90", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "local modules pasted in: models, models.tower, models.layers" in proc.stdout, proc.stdout
+    assert not (kit / "models").exists()
+    source = (kit / "repro.py").read_text()
+    assert "class Tower" in source and "def mlp" in source and "import models" not in source, source
+    _standalone(kit / "repro.py", tmp_path)
+    [f] = [f for f in findings(kit / "repro.py", tmp_path) if f["code"] == "GS201"]
+    assert f["params"][0].startswith("encoder.") and f["location"]["file"].endswith("repro.py")
+
+
 def test_model_code_the_script_loads_beside_itself_goes_into_the_kit(tmp_path):
     # The bug lives in a model file the script loads by path (`importlib`, next to `__file__`),
     # not by an import repro can paste in: candidates must still find it, and so must the kit.

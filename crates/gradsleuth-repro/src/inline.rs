@@ -3,8 +3,11 @@
 //! replaced by that file's code (its `if __name__ == "__main__":` block and `from __future__`
 //! imports left out) and `fit = train` for each alias; `import helpers` (or `as h`) by the
 //! code and a namespace of the names it defines (`helpers = SimpleNamespace(Net=Net, ...)`), so
-//! `helpers.Net` still resolves. Repeated for the modules those import; a module is pasted
-//! once.
+//! `helpers.Net` still resolves. Packages too: `from models.resnet import ResNet` pastes
+//! `models/resnet.py`, `from models import ResNet` the package's `__init__.py`, `from models
+//! import resnet` (a submodule) becomes `import models.resnet as resnet`; a pasted module's
+//! relative imports (`from .layers import Block`) are made absolute first, from the package it
+//! was in. Repeated for the modules those import; a module is pasted once.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -18,7 +21,7 @@ use ruff_text_size::Ranged;
 pub fn inline_local_imports(source: &str, dir: &Path) -> Option<(String, Vec<String>)> {
     let mut done: Vec<String> = Vec::new();
     let mut current = source.to_owned();
-    for _ in 0..8 {
+    for _ in 0..64 {
         match inline_once(&current, dir, &mut done) {
             Some(next) => current = next,
             None => break,
@@ -148,12 +151,103 @@ pub fn local_files(source: &str, dir: &Path) -> Vec<String> {
     out
 }
 
+/// The file of local module `module` (dotted) under `dir`, and whether it is a package's
+/// `__init__.py`.
+fn module_file(dir: &Path, module: &str) -> Option<(std::path::PathBuf, bool)> {
+    if module.is_empty() || module.split('.').any(|p| p.is_empty()) {
+        return None;
+    }
+    let path = dir.join(module.replace('.', "/"));
+    let file = path.with_extension("py");
+    if file.is_file() {
+        return Some((file, false));
+    }
+    let init = path.join("__init__.py");
+    init.is_file().then_some((init, true))
+}
+
+/// The module's code read from `dir`, its relative imports made absolute (see
+/// [`absolutize`]).
+fn module_code(dir: &Path, module: &str) -> Option<String> {
+    let (file, package) = module_file(dir, module)?;
+    let code = std::fs::read_to_string(file).ok()?;
+    let pkg = if package {
+        module
+    } else {
+        module.rsplit_once('.').map_or("", |(p, _)| p)
+    };
+    Some(absolutize(&code, pkg))
+}
+
+/// `code` (a module of package `package`, `""` for a top-level module) with each relative
+/// import, at any depth, rewritten as the absolute one it means: in `models/resnet.py`,
+/// `from .layers import Block` is `from models.layers import Block` and `from .. import x`
+/// from `models/sub/m.py` is `from models import x`. One that climbs above the top is left.
+fn absolutize(code: &str, package: &str) -> String {
+    struct Relative<'a>(Vec<&'a ruff_python_ast::StmtImportFrom>);
+    impl<'a> Visitor<'a> for Relative<'a> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::ImportFrom(f) = s {
+                if f.level > 0 {
+                    self.0.push(f);
+                }
+            }
+            visitor::walk_stmt(self, s);
+        }
+    }
+    let Ok(parsed) = ruff_python_parser::parse_module(code) else {
+        return code.to_owned();
+    };
+    let mut found = Relative(Vec::new());
+    for s in &parsed.syntax().body {
+        found.visit_stmt(s);
+    }
+    let parts: Vec<&str> = package.split('.').filter(|p| !p.is_empty()).collect();
+    let mut out = code.to_owned();
+    // From the last, so earlier ranges stay valid.
+    for f in found.0.iter().rev() {
+        let up = f.level as usize - 1;
+        if up >= parts.len() {
+            continue;
+        }
+        let mut base = parts[..parts.len() - up].join(".");
+        if let Some(m) = &f.module {
+            base = format!("{base}.{}", m.as_str());
+        }
+        let names: Vec<String> = f
+            .names
+            .iter()
+            .map(|a| match &a.asname {
+                Some(n) => format!("{} as {}", a.name.as_str(), n.as_str()),
+                None => a.name.as_str().to_owned(),
+            })
+            .collect();
+        let r = f.range();
+        out.replace_range(
+            r.start().to_usize()..r.end().to_usize(),
+            &format!("from {base} import {}", names.join(", ")),
+        );
+    }
+    out
+}
+
 fn is_main_guard(s: &Stmt) -> bool {
     let Stmt::If(i) = s else { return false };
     let Expr::Compare(c) = i.test.as_ref() else {
         return false;
     };
     matches!(c.left.as_ref(), Expr::Name(n) if n.id.as_str() == "__name__")
+}
+
+/// A pasted module's file as the comments around it name it (`models/resnet.py`).
+fn shown(dir: &Path, module: &str) -> String {
+    module_file(dir, module)
+        .and_then(|(f, _)| {
+            f.strip_prefix(dir)
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| format!("{module}.py"))
 }
 
 /// The module's code to paste: without its main guard and `from __future__` imports.
@@ -229,16 +323,18 @@ fn inline_import(source: &str, s: &Stmt, dir: &Path, done: &mut Vec<String>) -> 
         return None;
     };
     let module = alias.name.as_str();
-    if module.contains('.') || !dir.join(format!("{module}.py")).is_file() {
+    // `import models.resnet` binds `models`, not the module: left as it is (the kit carries
+    // the package); `import models.resnet as resnet` is pasted.
+    if module.contains('.') && alias.asname.is_none() {
         return None;
     }
-    let code = std::fs::read_to_string(dir.join(format!("{module}.py"))).ok()?;
+    let code = module_code(dir, module)?;
     let bound = alias.asname.as_ref().map_or(module, |n| n.as_str());
     let mut text = String::new();
     if !done.iter().any(|d| d == module) {
-        text.push_str(&format!("# --- from {module}.py ---\n"));
+        text.push_str(&format!("# --- from {} ---\n", shown(dir, module)));
         text.push_str(&pasteable(&code)?);
-        text.push_str(&format!("# --- end of {module}.py ---\n"));
+        text.push_str(&format!("# --- end of {} ---\n", shown(dir, module)));
     }
     let fields: Vec<String> = defined(&code).iter().map(|n| format!("{n}={n}")).collect();
     text.push_str(&format!(
@@ -271,19 +367,52 @@ fn inline_once(source: &str, dir: &Path, done: &mut Vec<String>) -> Option<Strin
         let Some(module) = f.module.as_ref().map(|m| m.as_str().to_owned()) else {
             continue;
         };
-        if f.level != 0 || module.contains('.') {
+        if f.level != 0 {
             continue;
         }
-        let file = dir.join(format!("{module}.py"));
-        if !file.is_file() {
+        let Some((_, package)) = module_file(dir, &module) else {
             continue;
+        };
+        let range = s.range();
+        // Names that are submodules of a package are imported as modules: `from models import
+        // resnet` is `import models.resnet as resnet` (pasted next), the rest stays a `from`.
+        if package {
+            let (subs, rest): (Vec<_>, Vec<_>) = f.names.iter().partition(|a| {
+                a.name.as_str() != "*"
+                    && module_file(dir, &format!("{module}.{}", a.name.as_str())).is_some()
+            });
+            if !subs.is_empty() {
+                let mut lines: Vec<String> = subs
+                    .iter()
+                    .map(|a| {
+                        let bound = a.asname.as_ref().unwrap_or(&a.name);
+                        format!("import {module}.{} as {}", a.name.as_str(), bound.as_str())
+                    })
+                    .collect();
+                if !rest.is_empty() {
+                    let names: Vec<String> = rest
+                        .iter()
+                        .map(|a| match &a.asname {
+                            Some(n) => format!("{} as {}", a.name.as_str(), n.as_str()),
+                            None => a.name.as_str().to_owned(),
+                        })
+                        .collect();
+                    lines.push(format!("from {module} import {}", names.join(", ")));
+                }
+                return Some(format!(
+                    "{}{}{}",
+                    &source[..range.start().to_usize()],
+                    lines.join("\n"),
+                    &source[range.end().to_usize()..]
+                ));
+            }
         }
         let mut text = String::new();
         if !seen.contains(module.as_str()) {
-            let code = std::fs::read_to_string(&file).ok()?;
-            text.push_str(&format!("# --- from {module}.py ---\n"));
+            let code = module_code(dir, &module)?;
+            text.push_str(&format!("# --- from {} ---\n", shown(dir, &module)));
             text.push_str(&pasteable(&code)?);
-            text.push_str(&format!("# --- end of {module}.py ---\n"));
+            text.push_str(&format!("# --- end of {} ---\n", shown(dir, &module)));
         }
         for alias in &f.names {
             if let Some(as_name) = &alias.asname {
@@ -292,7 +421,6 @@ fn inline_once(source: &str, dir: &Path, done: &mut Vec<String>) -> Option<Strin
                 }
             }
         }
-        let range = s.range();
         let mut out = String::with_capacity(source.len() + text.len());
         out.push_str(&source[..range.start().to_usize()]);
         out.push_str(text.trim_end_matches('\n'));
@@ -385,6 +513,73 @@ mod tests {
         );
         assert!(ruff_python_parser::parse_module(&out).is_ok(), "{out}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn packages_and_their_relative_imports_are_pasted() {
+        let dir = tempfile_dir("pkg");
+        std::fs::create_dir_all(dir.join("models/blocks")).unwrap();
+        std::fs::write(
+            dir.join("models/__init__.py"),
+            "from .resnet import ResNet\nfrom . import utils\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("models/resnet.py"),
+            "import torch\nfrom .blocks.conv import (\n    Conv,\n)\nfrom .utils import scale as sc\n\nclass ResNet(torch.nn.Module):\n    def f(self):\n        from .utils import scale\n        return Conv(), sc, scale\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("models/utils.py"), "scale = 2.0\n").unwrap();
+        std::fs::write(dir.join("models/blocks/__init__.py"), "").unwrap();
+        std::fs::write(
+            dir.join("models/blocks/conv.py"),
+            "from ..utils import scale\nclass Conv:\n    pass\n",
+        )
+        .unwrap();
+        let src = "import torch\nfrom models import ResNet, utils as u\nfrom models.blocks import conv\nm = ResNet()\n";
+        let (out, done) = inline_local_imports(src, &dir).unwrap();
+        for m in [
+            "models",
+            "models.resnet",
+            "models.blocks.conv",
+            "models.utils",
+        ] {
+            assert!(done.contains(&m.to_owned()), "{m}: {done:?}\n{out}");
+        }
+        assert!(out.contains("# --- from models/resnet.py ---"), "{out}");
+        assert_eq!(out.matches("class ResNet").count(), 1, "{out}");
+        assert_eq!(out.matches("class Conv:").count(), 1, "{out}");
+        assert_eq!(out.matches("scale = 2.0").count(), 1, "{out}");
+        assert!(
+            out.contains("sc = scale") && out.contains("conv = _types.SimpleNamespace("),
+            "{out}"
+        );
+        assert!(
+            out.contains("u = _types.SimpleNamespace(scale=scale)"),
+            "{out}"
+        );
+        // An import inside a function stays an import, made absolute.
+        assert!(
+            out.contains("        from models.utils import scale\n"),
+            "{out}"
+        );
+        assert!(!out.contains("from ."), "{out}");
+        assert!(ruff_python_parser::parse_module(&out).is_ok(), "{out}");
+        // `import models.resnet` binds `models`: left to the kit.
+        assert!(inline_local_imports("import models.resnet\n", &dir).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn relative_imports_are_made_absolute_from_their_package() {
+        assert_eq!(
+            absolutize(
+                "from .a import b as c, d\nfrom .. import e\nfrom ... import f\n",
+                "p.q"
+            ),
+            "from p.q.a import b as c, d\nfrom p import e\nfrom ... import f\n"
+        );
+        assert_eq!(absolutize("from . import x\n", ""), "from . import x\n");
     }
 
     #[test]

@@ -192,6 +192,47 @@ def test_bisect_over_torch_releases_finds_the_weights_only_default(tmp_path):
     assert "- with torch 2.6.0: raised `UnpicklingError: Weights only load failed." in issue.stdout
 
 
+def test_bisect_over_torch_releases_names_the_op_whose_value_changed(tmp_path):
+    """torch 2.7.0 draws a different dropout mask than 2.6.0 from the same seed (measured on
+    this machine: the same script's loss moves by 0.07%): `--loss` finds the release, and the
+    diverging op is the dropout at the script's forward line, with both values. Same releases
+    (and cache) as the weights-only test."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x, y = torch.randn(64, 8), torch.randn(64, 1)
+            for step in range(3):
+                loss = ((model(x) - y) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        )
+    )
+    out = tmp_path / "bisect.json"
+    proc = run_gradsleuth(
+        "bisect", "--loss", "--good", "2.4.1", "--bad", "2.8.0", "--format", "json", "--out", out, "--", script,
+        cwd=tmp_path, timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert (report["last_good"], report["first_bad"]) == ("2.6.0", "2.7.0")
+    div = report["divergence"]
+    assert div["difference"] == "value" and div["good"]["op"] == div["bad"]["op"] == "dropout"
+    assert div["bad"]["location"]["file"] == "train.py" and div["bad"]["location"]["line"] == 10
+    # The ops before it (the first Linear and ReLU) agree; the mask, hence the values, do not.
+    assert div["equal_before"] == 2
+    good, bad = div["good"]["outputs"][0], div["bad"]["outputs"][0]
+    assert good["shape"] == bad["shape"] == [64, 32] and good["sum"] != bad["sum"]
+
+
 def test_git_bisect_with_a_command_as_the_test(tmp_path):
     """`--cmd`: the user's own check decides (exit 0 good, 125 cannot tell, else bad), as with
     `git bisect run`; no script is needed."""

@@ -394,7 +394,7 @@ fn run_fixture(path: &Path) -> Value {
             names.remove(f);
         }
         if let Some(l) = &step.backward {
-            log.loss(&Fake(&mut w), &names[l]);
+            log.loss(&mut Fake(&mut w), &names[l]);
             losses.push(names[l]);
         }
         if let Some(msg) = &step.backward_error {

@@ -430,8 +430,8 @@ impl OpLog {
 
     /// A backward starts from `loss`: remember which cuts it depends on.
     fn loss(&mut self, py: Python<'_>, loss: Bound<'_, PyAny>) {
-        let (log, host) = self.split(py);
-        log.loss(&host, &loss);
+        let (log, mut host) = self.split(py);
+        log.loss(&mut host, &loss);
     }
 
     /// Attributes parameters the backward did not reach (`unreached`: id(tensor) -> key) and

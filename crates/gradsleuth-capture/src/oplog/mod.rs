@@ -821,7 +821,7 @@ impl<K, N> OpLog<K, N> {
     }
 
     /// A backward starts from `loss`: remember which cuts it depends on.
-    pub fn loss<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, loss: &H::Value) {
+    pub fn loss<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, loss: &H::Value) {
         let ptr = h.addr(loss);
         let mut taint = match self.taint.get(&ptr) {
             Some((t, keeper)) if h.holds(keeper, loss) => t.clone(),
@@ -842,8 +842,42 @@ impl<K, N> OpLog<K, N> {
                 union(&mut taint, t);
             }
             self.loss_rewraps.push((site, taint.clone()));
+        } else if let Some((site, t)) = self.leaf_loss_behind(h, loss) {
+            // The same leaf, with a framework's arithmetic after it: Lightning backpropagates
+            // `loss / accumulate_grad_batches` of the loss `training_step` returned.
+            union(&mut taint, &t);
+            self.loss_rewraps.push((Some(site), t));
         }
         union(&mut self.loss_taint, &taint);
+    }
+
+    /// A tensor the user's code constructed from values that had left autograd (`.item()`,
+    /// `.tolist()`, NumPy) that is the only leaf behind `loss`, a few nodes up: the leaf loss
+    /// of [`loss`](Self::loss) under arithmetic code added after it. Its site and taint.
+    /// A leaf made otherwise (`x.detach().requires_grad_()` of an adversarial example, an
+    /// image optimised in place of weights) is a deliberate input, never this.
+    fn leaf_loss_behind<H: Host<Keeper = K, Kept = N>>(
+        &self,
+        h: &mut H,
+        loss: &H::Value,
+    ) -> Option<(Site, Vec<u32>)> {
+        /// Nodes looked at: a framework's arithmetic is a node or two.
+        const NODES: usize = 16;
+        let node = h.node(&h.grad_fn(loss).ok()??);
+        let w = walk_graph(h, vec![node], NODES).ok()?;
+        let [leaf] = w.leaves.as_slice() else {
+            return None;
+        };
+        if w.truncated {
+            return None;
+        }
+        let (site, taint) = self.construct_site.get(&(*leaf as usize))?;
+        let exits = taint.iter().any(|id| {
+            self.cuts
+                .get(*id as usize)
+                .is_some_and(|c| c.kind == Category::NumpyRoundtrip)
+        });
+        exits.then(|| (site.clone(), taint.clone()))
     }
 
     /// Snapshot of the autograd graph behind `loss` into the capture (at most `budget` nodes):

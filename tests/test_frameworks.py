@@ -39,6 +39,20 @@ def test_lightning_names_parameters_by_the_lightning_module_and_points_at_traini
     assert names == {"encoder.0.weight", "encoder.0.bias", "decoder.0.weight", "decoder.0.bias"}
 
 
+def test_lightning_names_a_global_model_as_the_lightning_module_holds_it(tmp_path):
+    # `model` is also a global of the script, but Lightning's checkpoints, its summary and
+    # configure_optimizers (`self.model.parameters()`) name it through the LightningModule.
+    report = _run(tmp_path, HERE / "lightning_wrapped_model.py")
+    [f] = _loud(report)
+    assert f["category"] == "detach"
+    assert sorted(f["params"]) == ["model.backbone.0.bias", "model.backbone.0.weight"]
+    assert f["location"]["file"] == "lightning_wrapped_model.py" and f["location"]["line"] == 16
+    names = {p["name"] for p in report["parameters"]}
+    assert names == {
+        "model.backbone.0.weight", "model.backbone.0.bias", "model.classifier.weight", "model.classifier.bias"
+    }, names
+
+
 def test_lightning_configure_optimizers_over_one_submodule(tmp_path):
     report = _run(tmp_path, HERE / "lightning_optimizer_missing.py")
     [f] = _loud(report)

@@ -636,11 +636,18 @@ class Tracer:
                     owner = None
                     if key not in self._known_modules:
                         frame = sys._getframe(1)
-                        owner = _owner_model(module, frame)
-                        if owner is None and _variable_name(module, frame) is None:
-                            # Not bound to a name of the user's code itself: the outermost
-                            # module holding it (a LightningModule's `self`, a local model).
-                            owner = self._holder(module, frame)
+                        holder = self._holder(module, frame)
+                        if holder is not None and _trains_itself(holder[1]):
+                            # Held by a LightningModule: named as Lightning names it (its
+                            # checkpoints and summary, `self.model.parameters()` in
+                            # configure_optimizers), even when a global also binds it.
+                            owner = holder
+                        else:
+                            owner = _owner_model(module, frame)
+                            if owner is None and _variable_name(module, frame) is None:
+                                # Not bound to a name of the user's code itself: the outermost
+                                # module holding it (a local model, a container of networks).
+                                owner = holder
                     if owner is not None:
                         self.add_root(owner[1], name=owner[0])
                     else:
@@ -1509,6 +1516,12 @@ def _owner_model(module, frame):
     except Exception:  # noqa: BLE001
         return None
     return best[:2] if best is not None else None
+
+
+def _trains_itself(module) -> bool:
+    """A LightningModule (by its protocol: `training_step` and `configure_optimizers`)."""
+    cls = type(module)
+    return callable(getattr(cls, "training_step", None)) and callable(getattr(cls, "configure_optimizers", None))
 
 
 def _variable_name(module, frame):

@@ -149,6 +149,15 @@ def _functions(tree):
 def _statements(body):
     for s in body:
         yield s
+        if isinstance(s, ast.ClassDef) and any(
+            isinstance(f, ast.FunctionDef) and f.name == "training_step" for f in s.body
+        ):
+            # A LightningModule: its methods are the training loop (the optimizer is made in
+            # `configure_optimizers`, the loss in `training_step`).
+            for f in s.body:
+                if isinstance(f, ast.FunctionDef):
+                    yield from _statements(f.body)
+            continue
         for name in ("body", "orelse", "finalbody"):
             sub = getattr(s, name, None)
             if isinstance(sub, list) and not isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):

@@ -405,6 +405,14 @@ SUBJECTS = [
         _AUDIO_HF,
     ),
     Subject(
+        "hf_distilbert_lightning",
+        "transformers",
+        "transformers.models.distilbert.modeling_distilbert",
+        _DISTILBERT,
+        _TOKENS,
+        "lightning",
+    ),
+    Subject(
         "tv_resnet18",
         "torchvision",
         "torchvision.models.resnet",
@@ -435,6 +443,15 @@ SUBJECTS = [
         "model = M.ConvNeXt([M.CNBlockConfig(16, 32, 1), M.CNBlockConfig(32, None, 1)], "
         "stochastic_depth_prob=0.2, num_classes=10)\n",
         _IMAGE,
+    ),
+    Subject(
+        "tv_convnext_lightning",
+        "torchvision",
+        "torchvision.models.convnext",
+        "model = M.ConvNeXt([M.CNBlockConfig(16, 32, 1), M.CNBlockConfig(32, None, 1)], "
+        "stochastic_depth_prob=0.2, num_classes=10)\n",
+        _IMAGE,
+        "lightning",
     ),
     Subject(
         "timm_vit",
@@ -708,6 +725,44 @@ trainer = LossTrainer(
     data_collator=lambda items: {"step": torch.tensor(items)},
 )
 trainer.train()
+''',
+    # Lightning's loop: a LightningModule holding the subject's model, whose `training_step`
+    # calls it directly (the style of Lightning's own examples); forward, zero_grad and
+    # backward run inside the closure Lightning passes to `optimizer.step`, clipping is the
+    # Trainer's.
+    "lightning": '''
+import lightning as L  # noqa: E402
+
+
+class LitModel(L.LightningModule):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def training_step(self, step, batch_idx):
+        loss = compute_loss(self.model, make_batch(int(step[0])))
+        return loss
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        return optimizer
+
+
+max_norm = 1.0
+lit = LitModel(model)
+trainer = L.Trainer(
+    max_steps=STEPS,
+    accelerator="cpu",
+    devices=1,
+    gradient_clip_val=max_norm,
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    num_sanity_val_steps=0,
+    default_root_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_out"),
+)
+trainer.fit(lit, torch.utils.data.DataLoader(range(STEPS), batch_size=1))
 ''',
 }
 

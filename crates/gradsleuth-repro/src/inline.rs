@@ -214,21 +214,24 @@ fn absolutize(code: &str, package: &str) -> String {
         if let Some(m) = &f.module {
             base = format!("{base}.{}", m.as_str());
         }
-        let names: Vec<String> = f
-            .names
-            .iter()
-            .map(|a| match &a.asname {
-                Some(n) => format!("{} as {}", a.name.as_str(), n.as_str()),
-                None => a.name.as_str().to_owned(),
-            })
-            .collect();
         let r = f.range();
         out.replace_range(
             r.start().to_usize()..r.end().to_usize(),
-            &format!("from {base} import {}", names.join(", ")),
+            &format!("from {base} import {}", aliases(f.names.iter())),
         );
     }
     out
+}
+
+/// `a as b, c`: an import's names as source.
+fn aliases<'a>(names: impl Iterator<Item = &'a ruff_python_ast::Alias>) -> String {
+    names
+        .map(|a| match &a.asname {
+            Some(n) => format!("{} as {}", a.name.as_str(), n.as_str()),
+            None => a.name.as_str().to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn is_main_guard(s: &Stmt) -> bool {
@@ -390,14 +393,10 @@ fn inline_once(source: &str, dir: &Path, done: &mut Vec<String>) -> Option<Strin
                     })
                     .collect();
                 if !rest.is_empty() {
-                    let names: Vec<String> = rest
-                        .iter()
-                        .map(|a| match &a.asname {
-                            Some(n) => format!("{} as {}", a.name.as_str(), n.as_str()),
-                            None => a.name.as_str().to_owned(),
-                        })
-                        .collect();
-                    lines.push(format!("from {module} import {}", names.join(", ")));
+                    lines.push(format!(
+                        "from {module} import {}",
+                        aliases(rest.into_iter())
+                    ));
                 }
                 return Some(format!(
                     "{}{}{}",

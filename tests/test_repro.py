@@ -303,6 +303,39 @@ def test_an_import_needed_only_for_its_side_effect_is_put_back(tmp_path):
     _standalone(kit / "repro.py", tmp_path)
 
 
+def test_a_short_script_is_judged_to_its_end(tmp_path):
+    # Without `num_labels=3` the config's default head has two outputs, which the first two
+    # steps' labels (0, 1) fit; the third step's label 2 does not. The script ends soon, so every
+    # candidate runs to its end: the keyword stays and the kit runs alone to its end.
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn.functional as F
+            from transformers import BertConfig, BertForSequenceClassification
+
+            config = BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                vocab_size=50, max_position_embeddings=16, num_labels=3)
+            model = BertForSequenceClassification(config)
+            opt = torch.optim.AdamW(model.classifier.parameters(), lr=1e-3)
+            for step in range(4):
+                ids, y = torch.randint(0, 50, (2, 8)), torch.tensor([step % 3, 0])
+                loss = F.cross_entropy(model(input_ids=ids).logits, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        )
+    )
+    kit = tmp_path / "kit"
+    proc = run_gradsleuth("repro", "--out", kit, "--budget", "90", script, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    source = (kit / "repro.py").read_text()
+    assert "num_labels=3" in source and "warning" not in proc.stdout, proc.stdout
+    _standalone(kit / "repro.py", tmp_path)
+
+
 def test_a_candidate_much_slower_than_the_program_is_not_kept(tmp_path):
     # `settle(..., seconds=0.0)`: without the keyword the finding still holds, but every step
     # waits the default 20 s (as a config without `hidden_size=32` builds the default, large

@@ -70,7 +70,17 @@ struct Oracle {
     python: PathBuf,
     /// `PYTHONPATH` of a run in a new interpreter: the user's, without the script's folder.
     fresh_path: Option<std::ffi::OsString>,
+    /// Candidates run to their end (the script ends soon: see [`WHOLE`]), held to the
+    /// program's pace there too.
+    whole: bool,
+    /// The last run was cut off at its time limit.
+    timed_out: bool,
 }
+
+/// A script whose whole run ends within this many seconds is run to its end by every
+/// candidate, so what happens after the observed steps counts too: a candidate that drops
+/// `num_labels=3` passes the first steps when they draw no label 2, and raises later.
+const WHOLE: f64 = 15.0;
 
 /// A candidate may run this many times longer than the program it reduces, plus [`SLACK`]
 /// seconds: dropping `hidden_size=32` from a config shows the same finding on the class's
@@ -141,6 +151,8 @@ impl Oracle {
             last: 0.0,
             python: python.to_path_buf(),
             fresh_path: std::env::join_paths(fresh).ok(),
+            whole: false,
+            timed_out: false,
         })
     }
 
@@ -230,7 +242,7 @@ impl Oracle {
         // Stopped after the observed steps, a candidate is held to the program's pace; run to
         // its end (the kit's check), only to the timeout.
         let timeout = match self.reference {
-            Some(r) if !to_end => self.timeout.min(r * SLOWER + SLACK),
+            Some(r) if !to_end || self.whole => self.timeout.min(r * SLOWER + SLACK),
             _ => self.timeout,
         };
         let started = std::time::Instant::now();
@@ -256,6 +268,8 @@ impl Oracle {
             .read_line(&mut line)
             .map_err(|e| CliError::Io(format!("the oracle stopped: {e}")))?;
         self.last = started.elapsed().as_secs_f64();
+        self.timed_out = serde_json::from_str::<serde_json::Value>(&line)
+            .is_ok_and(|v| v["status"] == "timeout");
         if line.is_empty() {
             let why = std::fs::read_to_string(self.work.join("oracle.log")).unwrap_or_default();
             return Err(CliError::Io(format!(
@@ -316,7 +330,23 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         )));
     };
     let target = Target::choose(report, args.finding.as_deref()).map_err(CliError::Usage)?;
-    let baseline_error = error_kind(&baseline);
+    let mut baseline_error = error_kind(&baseline);
+    // A script that ends soon is judged whole: every candidate then runs to its end.
+    let (limit, stop_pace) = (oracle.timeout, oracle.reference);
+    oracle.timeout = limit.min(WHOLE);
+    oracle.reference = None;
+    if let Ok(whole) = oracle.run(&script_path, true) {
+        if !oracle.timed_out && whole.report.as_ref().is_some_and(|r| target.holds(r)) {
+            oracle.whole = true;
+            baseline_error = error_kind(&whole);
+        }
+    }
+    oracle.timeout = limit;
+    oracle.reference = if oracle.whole {
+        Some(oracle.last)
+    } else {
+        stop_pace
+    };
     eprintln!(
         "gradsleuth repro: keeping {} {}: {}",
         target.code, target.category, target.message
@@ -335,7 +365,8 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         if std::fs::write(&candidate, source).is_err() {
             return false;
         }
-        match oracle.run(&candidate, false) {
+        let whole = oracle.whole;
+        match oracle.run(&candidate, whole) {
             Ok(o) => {
                 let kept = o.report.as_ref().is_some_and(|r| target.holds(r))
                     && error_kind(&o) == baseline_error;
@@ -486,6 +517,19 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     let symptom = symptom_check(&params);
     std::fs::write(&repro, kit.repro_py(asserts.then_some(&symptom)))
         .map_err(io("cannot write repro.py"))?;
+    // Candidates are judged on their first steps: what the program does after them is not
+    // checked, and a kit that does not assert its symptom may raise there (a label beyond a
+    // class count the reduction dropped). Said, with the error.
+    let late_error = if alone && !asserts {
+        oracle
+            .run_fresh(&repro, true, &out)
+            .ok()
+            .and_then(|o| o.capture.and_then(|c| c.error))
+            .filter(|e| Some(&e.kind) != baseline_error.as_ref())
+            .map(|e| format!("{}: {}", e.kind, e.message.lines().next().unwrap_or("")))
+    } else {
+        None
+    };
     let finding = final_report
         .as_ref()
         .and_then(|r| r.findings.iter().find(|f| f.code == target.code).cloned());
@@ -542,6 +586,12 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         println!(
             "  warning: repro.py shows the finding only in the reducer's runs, not run alone in a new interpreter{}",
             if why.is_empty() { String::new() } else { format!(" ({why})") }
+        );
+    }
+    if let Some(e) = &late_error {
+        println!(
+            "  warning: run to its end, repro.py raises `{e}` (each candidate was checked on its first {} steps only)",
+            args.steps
         );
     }
     if !fed.is_empty() {

@@ -164,6 +164,9 @@ def main(argv: list[str]) -> int:
         code = 130
     except _Terminated as e:
         rec.set_error("Terminated", str(e), _error_site(e))
+        # Saved at once: the launcher kills what is still running a few seconds after its
+        # SIGTERM, and on a loaded machine finishing the tracer can take longer than that.
+        save()
         _finish(tracer)
         code = 128 + signal.SIGTERM
     except BaseException as e:  # noqa: BLE001 - the script's own exception, reported as Python would

@@ -29,7 +29,9 @@ pub struct Kit<'a> {
 /// of them received a gradient: `before` goes after the program's docstring and `__future__`
 /// imports (a global forward pre-hook keeps every module the program calls, so a model local
 /// to `main()` is still there at the end; it uses the `_torch` that [`seed`] binds before it),
-/// `after` at its end. Kept only if it holds when run.
+/// `after` at its end. A name the models do not give as it is matches one that ends with it, or
+/// that it ends with (the model reached through a wrapper the program no longer keeps, such as
+/// a LightningModule passed straight to `fit`). Kept only if it holds when run.
 pub struct Symptom {
     pub before: String,
     pub after: String,
@@ -50,7 +52,8 @@ _mods = list(_called.values()) + [v for v in list(globals().values()) if isinsta
 _inner = {{id(s) for m in _mods for s in m.modules() if s is not m}}
 _seen = {{n: p for m in _mods if id(m) not in _inner for n, p in m.named_parameters()}}
 _named = {{{names}}}
-_stuck = sorted(n for n in _named if n in _seen and (_seen[n].grad is None or not bool(_seen[n].grad.any())))
+_find = lambda n: _seen[n] if n in _seen else next((p for k, p in _seen.items() if n.endswith("." + k) or k.endswith("." + n)), None)
+_stuck = sorted(n for n in _named if (_p := _find(n)) is not None and (_p.grad is None or not bool(_p.grad.any())))
 print("no gradient reached:", ", ".join(_stuck) or "(every named parameter got one)")
 assert _stuck, "the symptom is gone: every named parameter received a gradient"
 "#,

@@ -3,8 +3,10 @@
 //! reducer removes chunks of them, halving the chunk size as removals fail (ddmin), outermost
 //! suite first, and replaces compound statements by one of their bodies (an `if` by its taken
 //! branch, a `with`/`try` by its body, a loop by one pass of its body), then drops keyword
-//! arguments one at a time (`lr=`, `weight_decay=`, `batch_first=`: their defaults will do
-//! when the finding still holds). A candidate must parse (Ruff's parser) before the oracle is
+//! arguments and dict entries one at a time (`lr=`, `weight_decay=`, `batch_first=`: their
+//! defaults will do when the finding still holds) and inlines single-use variables
+//! ([`crate::rewrite`]); at the end, a statement spread over lines is joined when it fits on
+//! one. A candidate must parse (Ruff's parser) before the oracle is
 //! asked; answers are cached by text. The time budget is checked before every
 //! oracle call: the best program found so far is always the answer (and then tidied).
 
@@ -13,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use ruff_python_ast::{ExceptHandler, Stmt};
 use ruff_text_size::Ranged;
+
+use crate::rewrite;
 
 /// The outcome of a reduction.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,9 +241,29 @@ impl<'s> Outline<'s> {
 /// kept.
 fn keyword_removals(source: &str) -> Vec<(usize, usize)> {
     use ruff_python_ast::visitor::Visitor;
-    struct Calls(Vec<(usize, usize)>);
-    impl<'a> Visitor<'a> for Calls {
+    struct Calls<'s>(Vec<(usize, usize)>, &'s str);
+    impl<'a> Visitor<'a> for Calls<'_> {
         fn visit_expr(&mut self, expr: &'a ruff_python_ast::Expr) {
+            if let ruff_python_ast::Expr::Dict(d) = expr {
+                // A dict display's `key: value` entries (not `**rest`), as keywords.
+                let items: Vec<(usize, usize, bool)> = d
+                    .items
+                    .iter()
+                    .map(|i| {
+                        let end = i.value.range().end().to_usize();
+                        match &i.key {
+                            Some(k) => (k.range().start().to_usize(), end, true),
+                            // `**rest` starts at its stars.
+                            None => {
+                                let v = i.value.range().start().to_usize();
+                                let before = self.1[..v].trim_end();
+                                (before.strip_suffix("**").map_or(v, str::len), end, false)
+                            }
+                        }
+                    })
+                    .collect();
+                push_removals(&mut self.0, &items);
+            }
             if let ruff_python_ast::Expr::Call(c) = expr {
                 let mut args: Vec<(usize, usize, bool)> = c
                     .arguments
@@ -258,16 +282,7 @@ fn keyword_removals(source: &str) -> Vec<(usize, usize)> {
                     }))
                     .collect();
                 args.sort_unstable();
-                for (i, &(start, end, named)) in args.iter().enumerate() {
-                    if !named {
-                        continue;
-                    }
-                    self.0.push(match (i.checked_sub(1), args.get(i + 1)) {
-                        (Some(p), _) => (args[p].1, end),
-                        (None, Some(next)) => (start, next.0),
-                        (None, None) => (start, end),
-                    });
-                }
+                push_removals(&mut self.0, &args);
             }
             ruff_python_ast::visitor::walk_expr(self, expr);
         }
@@ -275,10 +290,25 @@ fn keyword_removals(source: &str) -> Vec<(usize, usize)> {
     let Ok(parsed) = ruff_python_parser::parse_module(source) else {
         return Vec::new();
     };
-    let mut calls = Calls(Vec::new());
+    let mut calls = Calls(Vec::new(), source);
     calls.visit_body(&parsed.syntax().body);
     calls.0.sort_unstable_by(|a, b| b.cmp(a));
     calls.0
+}
+
+/// The byte ranges removing each removable item of a sorted list of `(start, end, removable)`
+/// with its comma.
+fn push_removals(out: &mut Vec<(usize, usize)>, items: &[(usize, usize, bool)]) {
+    for (i, &(start, end, removable)) in items.iter().enumerate() {
+        if !removable {
+            continue;
+        }
+        out.push(match (i.checked_sub(1), items.get(i + 1)) {
+            (Some(p), _) => (items[p].1, end),
+            (None, Some(next)) => (start, next.0),
+            (None, None) => (start, end),
+        });
+    }
 }
 
 /// Names a module's code reads anywhere (every `Name` expression).
@@ -483,6 +513,22 @@ impl<F: FnMut(&str) -> bool> Search<F> {
         current
     }
 
+    /// Tries inlining each single-use variable ([`rewrite::inlinings`]), the last first.
+    fn inline(&mut self, mut current: String) -> String {
+        let mut i = 0;
+        while let Some(candidate) = rewrite::inlinings(&current).into_iter().nth(i) {
+            if self.holds(&candidate) {
+                current = candidate;
+            } else {
+                i += 1;
+            }
+            if self.timed_out {
+                break;
+            }
+        }
+        current
+    }
+
     /// Tries replacing each compound statement by one of its bodies.
     fn unwrap(&mut self, mut current: String) -> (String, bool) {
         let mut changed = false;
@@ -556,6 +602,9 @@ pub fn reduce(source: &str, oracle: impl FnMut(&str) -> bool, budget: Duration) 
         if !s.timed_out {
             current = s.keywords(current);
         }
+        if !s.timed_out {
+            current = s.inline(current);
+        }
         if let Some(candidate) = without_unused_definitions(&current) {
             if s.holds(&candidate) {
                 current = candidate;
@@ -572,6 +621,13 @@ pub fn reduce(source: &str, oracle: impl FnMut(&str) -> bool, budget: Duration) 
         s.deadline = s.deadline.max(Instant::now() + Duration::from_secs(3600));
         if s.holds(&tidied) {
             current = tidied;
+        }
+    }
+    // Then what is left of a call spread over lines goes on one when it fits.
+    if let Some(one) = rewrite::joined(&current) {
+        s.deadline = s.deadline.max(Instant::now() + Duration::from_secs(3600));
+        if s.holds(&one) {
+            current = one;
         }
     }
     Reduced {
@@ -655,6 +711,13 @@ for step in range(3):
         assert_eq!(keyword_removals("f(**kw)"), Vec::<(usize, usize)>::new());
         let lone = keyword_removals("f(k=1)");
         assert_eq!(lone, vec![(2, 5)]);
+        // A dict display's entries go the same way; `**rest` stays.
+        let d = "d = {\"a\": 1, **r, \"b\": 2}\n";
+        let out: Vec<String> = keyword_removals(d)
+            .into_iter()
+            .map(|(a, b)| format!("{}{}", &d[..a], &d[b..]))
+            .collect();
+        assert_eq!(out, ["d = {\"a\": 1, **r}\n", "d = {**r, \"b\": 2}\n"]);
     }
 
     #[test]

@@ -26,7 +26,9 @@ pub struct ReproArgs {
     /// warning].
     #[arg(long, value_name = "CODE")]
     pub finding: Option<String>,
-    /// Time for the reduction; the smallest program found by then is the answer.
+    /// Time for the whole command: the script's runs as given, the reduction, the kit's
+    /// checks (the reduction stops early enough to leave them the time the first runs took);
+    /// the smallest program found by then is the answer.
     #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
     pub budget: f64,
     /// Training steps each run observes.
@@ -296,6 +298,7 @@ fn error_kind(o: &Outcome) -> Option<String> {
 }
 
 pub fn run(args: ReproArgs) -> Result<i32, CliError> {
+    let began = std::time::Instant::now();
     let Some(script) = args.command.first() else {
         return Err(CliError::Usage(
             "nothing to reduce: gradsleuth repro train.py [ARGS...]".into(),
@@ -321,32 +324,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     let mut oracle = Oracle::start(&python, &script_dir, work, &args)?;
     oracle.preload = gradsleuth_repro::inline::installed_imports(&original, &script_dir);
     eprintln!("gradsleuth repro: running {script} under gradsleuth...");
-    let baseline = oracle.run(&script_path, false)?;
-    oracle.reference = Some(oracle.last);
-    let Some(report) = &baseline.report else {
-        return Err(CliError::Usage(format!(
-            "{script} left no capture (see {})",
-            work.join("run.log").display()
-        )));
-    };
-    let target = Target::choose(report, args.finding.as_deref()).map_err(CliError::Usage)?;
-    let mut baseline_error = error_kind(&baseline);
-    // A script that ends soon is judged whole: every candidate then runs to its end.
-    let (limit, stop_pace) = (oracle.timeout, oracle.reference);
-    oracle.timeout = limit.min(WHOLE);
-    oracle.reference = None;
-    if let Ok(whole) = oracle.run(&script_path, true) {
-        if !oracle.timed_out && whole.report.as_ref().is_some_and(|r| target.holds(r)) {
-            oracle.whole = true;
-            baseline_error = error_kind(&whole);
-        }
-    }
-    oracle.timeout = limit;
-    oracle.reference = if oracle.whole {
-        Some(oracle.last)
-    } else {
-        stop_pace
-    };
+    let (target, baseline_error) = baseline(&mut oracle, &script_path, args.finding.as_deref())?;
     eprintln!(
         "gradsleuth repro: keeping {} {}: {}",
         target.code, target.category, target.message
@@ -361,72 +339,37 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
             .file_name()
             .unwrap_or_else(|| std::ffi::OsStr::new("candidate.py")),
     );
-    let holds = |source: &str, oracle: &mut Oracle| -> bool {
-        if std::fs::write(&candidate, source).is_err() {
-            return false;
-        }
-        let whole = oracle.whole;
-        match oracle.run(&candidate, whole) {
-            Ok(o) => {
-                let kept = o.report.as_ref().is_some_and(|r| target.holds(r))
-                    && error_kind(&o) == baseline_error;
-                if kept {
-                    oracle.reference = Some(oracle.last);
-                }
-                kept
-            }
-            Err(_) => false,
-        }
+    let judge = Judge {
+        candidate: &candidate,
+        target: &target,
+        baseline_error,
     };
-    // Local modules pasted in first, so the result stands alone.
-    let mut start = original.clone();
-    let mut inlined = Vec::new();
-    if let Some((flat, modules)) =
-        gradsleuth_repro::inline::inline_local_imports(&original, &script_dir)
-    {
-        if holds(&flat, &mut oracle) {
-            start = flat;
-            inlined = modules;
-        }
-    }
-    // The first pass: data and pretrained weights replaced by values rebuilt from what the
-    // script saw.
-    let started = std::time::Instant::now();
-    let budget = Duration::from_secs_f64(args.budget);
-    let within = |s: &str, o: &mut Oracle| started.elapsed() < budget && holds(s, o);
-    let (start, fed) = data_pass(&mut oracle, &candidate, &start, args.steps, &within);
-    // Arguments computed from the data or the command line become the literals they were.
-    let (start, folded) = fold_pass(&mut oracle, &candidate, &script_dir, &start, &within);
-    let mut reduced = reduce(
-        &start,
-        |s| holds(s, &mut oracle),
-        budget.saturating_sub(started.elapsed()),
-    );
-    reduced.seconds = started.elapsed().as_secs_f64();
+    // What is left of the budget once the checks at the end have the time the runs of the
+    // script as given took.
+    let setup = began.elapsed();
+    let budget = Duration::from_secs_f64(args.budget).saturating_sub(setup * 2);
+    let reduction = reduce_script(&mut oracle, &judge, &original, &script_dir, &args, budget);
     // The kit: repro.py with the symptom check when it holds to the end of the program.
     std::fs::create_dir_all(&args.out).map_err(io("cannot create the kit's folder"))?;
     let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
     let repro = out.join("repro.py");
     let env = super::environment(&python);
-    let original_lines = code_lines(&original);
-    let program_lines = code_lines(&reduced.source);
     let name = script_path
         .file_name()
         .map_or_else(|| script.clone(), |n| n.to_string_lossy().into_owned());
+    let reduced = &reduction.reduced;
     let mut kit = Kit {
         target: &target,
         finding: None,
         program: &reduced.source,
         original: &name,
-        original_lines,
-        program_lines,
+        original_lines: code_lines(&original),
+        program_lines: code_lines(&reduced.source),
         seconds: reduced.seconds,
         checks: oracle.runs,
         environment: &env,
         asserts_symptom: false,
     };
-    // What the program still reads beside itself goes into the kit, so repro.py runs there.
-    let (mut beside, mut too_big) = copy_local_files(&reduced.source, &script_dir, &out)?;
     let params: Vec<String> = oracle_params(&mut oracle, &candidate, &reduced.source, &target);
     // repro.py is checked as a user will run it: a new interpreter, from the kit's folder.
     let checker = KitCheck {
@@ -435,84 +378,10 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         params: &params,
         target: &target,
     };
-    let check = |oracle: &mut Oracle, program: &str, fresh: bool, need_symptom: bool| {
-        let kit = Kit {
-            program,
-            program_lines: code_lines(program),
-            ..kit
-        };
-        checker.run(oracle, &kit, fresh, need_symptom)
-    };
-    let mut program = reduced.source.clone();
-    let mut verdict = check(&mut oracle, &program, true, false);
-    // The reducer's server had the script's packages imported, so an import the program needs
-    // only for its side effect (torchvision's model registry, a plugin that registers itself)
-    // was dropped unseen: put back what the reduction dropped, then drop again each one
-    // the program shows the finding without.
-    let dropped = gradsleuth_repro::data::dropped_imports(&start, &reduced.source);
-    let mut restored: Vec<String> = Vec::new();
-    if verdict.is_none() && !dropped.is_empty() {
-        if let Some(all) = gradsleuth_repro::data::with_statements(&reduced.source, &dropped) {
-            let (more, big) = copy_local_files(&all, &script_dir, &out)?;
-            if let Some(v) = check(&mut oracle, &all, true, false) {
-                // Each one dropped again must keep what the kit shows (the symptom asserted).
-                let need_symptom = v.0;
-                verdict = Some(v);
-                restored.clone_from(&dropped);
-                if dropped.len() <= MAX_RESTORED_TRIED {
-                    for statement in &dropped {
-                        let fewer: Vec<String> = restored
-                            .iter()
-                            .filter(|s| *s != statement)
-                            .cloned()
-                            .collect();
-                        let Some(p) =
-                            gradsleuth_repro::data::with_statements(&reduced.source, &fewer)
-                        else {
-                            continue;
-                        };
-                        if let Some(v) = check(&mut oracle, &p, true, need_symptom) {
-                            verdict = Some(v);
-                            restored = fewer;
-                        }
-                    }
-                }
-                program = gradsleuth_repro::data::with_statements(&reduced.source, &restored)
-                    .unwrap_or(all);
-                let needed = gradsleuth_repro::inline::local_files(&program, &script_dir);
-                for m in more {
-                    if needed.contains(&m) && !beside.contains(&m) {
-                        beside.push(m);
-                    }
-                }
-                for m in big {
-                    if !too_big.contains(&m) {
-                        too_big.push(m);
-                    }
-                }
-            }
-        }
-    }
-    let alone = verdict.is_some();
-    let why_not_alone = (!alone).then(|| {
-        std::fs::read_to_string(work.join("fresh.log"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default()
-    });
-    if !alone {
-        program = reduced.source.clone();
-        verdict = check(&mut oracle, &program, false, false);
-    }
-    let (asserts, final_report) = verdict.unwrap_or((false, None));
-    let program_lines = code_lines(&program);
-    kit.program = &program;
-    kit.program_lines = program_lines;
+    let alone = check_alone(&mut oracle, &checker, &kit, &reduction, &script_dir)?;
+    let (asserts, final_report) = alone.verdict.clone().unwrap_or((false, None));
+    kit.program = &alone.program;
+    kit.program_lines = code_lines(&alone.program);
     kit.asserts_symptom = asserts;
     let symptom = symptom_check(&params);
     std::fs::write(&repro, kit.repro_py(asserts.then_some(&symptom)))
@@ -520,12 +389,12 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     // Candidates are judged on their first steps: what the program does after them is not
     // checked, and a kit that does not assert its symptom may raise there (a label beyond a
     // class count the reduction dropped). Said, with the error.
-    let late_error = if alone && !asserts {
+    let late_error = if alone.verdict.is_some() && !asserts {
         oracle
             .run_fresh(&repro, true, &out)
             .ok()
             .and_then(|o| o.capture.and_then(|c| c.error))
-            .filter(|e| Some(&e.kind) != baseline_error.as_ref())
+            .filter(|e| Some(&e.kind) != judge.baseline_error.as_ref())
             .map(|e| format!("{}: {}", e.kind, e.message.lines().next().unwrap_or("")))
     } else {
         None
@@ -544,88 +413,347 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
         std::fs::write(out.join(file), text)
             .map_err(|e| CliError::Io(format!("cannot write {file}: {e}")))?;
     }
-    let shown = |f: &str| {
-        let p = args.out.join(f);
-        p.to_string_lossy().into_owned()
-    };
     println!(
-        "gradsleuth repro: {} {} kept in {program_lines} lines ({name}: {original_lines}), {} runs, {:.0} s{}",
+        "gradsleuth repro: {} {} kept in {} lines ({name}: {}), {} runs, {:.0} s{}",
         target.code,
         target.category,
+        kit.program_lines,
+        kit.original_lines,
         oracle.runs,
-        reduced.seconds,
-        if reduced.timed_out { " (budget reached: a smaller program may exist)" } else { "" }
+        began.elapsed().as_secs_f64(),
+        if reduced.timed_out {
+            " (budget reached: a smaller program may exist)"
+        } else {
+            ""
+        }
     );
-    if !inlined.is_empty() {
-        println!("  local modules pasted in: {}", inlined.join(", "));
+    print_notes(
+        &reduction,
+        &alone,
+        late_error.as_deref(),
+        &script_dir,
+        args.steps,
+    );
+    print_files(&args.out, kit.asserts_symptom);
+    Ok(0)
+}
+
+/// Runs the script as given (its capture chooses the target finding), then, within [`WHOLE`]
+/// seconds, to its end: a script that ends that soon is judged whole (every candidate then
+/// runs to its end, held to the program's pace). Returns the target and the error the
+/// program raises (a candidate must raise the same).
+fn baseline(
+    oracle: &mut Oracle,
+    script_path: &Path,
+    finding: Option<&str>,
+) -> Result<(Target, Option<String>), CliError> {
+    let first = oracle.run(script_path, false)?;
+    oracle.reference = Some(oracle.last);
+    let Some(report) = &first.report else {
+        return Err(CliError::Usage(format!(
+            "{} left no capture (see {})",
+            script_path.display(),
+            oracle.work.join("run.log").display()
+        )));
+    };
+    let target = Target::choose(report, finding).map_err(CliError::Usage)?;
+    let mut baseline_error = error_kind(&first);
+    let (limit, stop_pace) = (oracle.timeout, oracle.reference);
+    oracle.timeout = limit.min(WHOLE);
+    oracle.reference = None;
+    if let Ok(whole) = oracle.run(script_path, true) {
+        if !oracle.timed_out && whole.report.as_ref().is_some_and(|r| target.holds(r)) {
+            oracle.whole = true;
+            baseline_error = error_kind(&whole);
+        }
     }
-    if !beside.is_empty() {
+    oracle.timeout = limit;
+    oracle.reference = if oracle.whole {
+        Some(oracle.last)
+    } else {
+        stop_pace
+    };
+    Ok((target, baseline_error))
+}
+
+/// Whether a candidate program keeps the finding.
+struct Judge<'a> {
+    /// Where a candidate is written (the mirrored folder, under the script's name).
+    candidate: &'a Path,
+    target: &'a Target,
+    /// The error the program raises: a candidate must raise the same (or none, as it).
+    baseline_error: Option<String>,
+}
+
+impl Judge<'_> {
+    /// Runs `source` (to its end when the program is judged whole): the target finding holds
+    /// and the error is the program's. A kept candidate tightens the pace limit: later ones
+    /// are held to the fastest kept program's time, so the limit never creeps up.
+    fn holds(&self, source: &str, oracle: &mut Oracle) -> bool {
+        if std::fs::write(self.candidate, source).is_err() {
+            return false;
+        }
+        let whole = oracle.whole;
+        match oracle.run(self.candidate, whole) {
+            Ok(o) => {
+                let kept = o.report.as_ref().is_some_and(|r| self.target.holds(r))
+                    && error_kind(&o) == self.baseline_error;
+                if kept {
+                    oracle.reference =
+                        Some(oracle.reference.map_or(oracle.last, |r| r.min(oracle.last)));
+                }
+                kept
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// What the reduction made of the script.
+struct Reduction {
+    /// The program the syntax-tree reduction started from (modules pasted in, data rebuilt,
+    /// arguments folded).
+    start: String,
+    reduced: gradsleuth_repro::reduce::Reduced,
+    /// Data sites fed with rebuilt values.
+    fed: Vec<String>,
+    /// Arguments folded to their constant.
+    folded: usize,
+    /// Local modules pasted in.
+    inlined: Vec<String>,
+}
+
+/// Local modules pasted in, the first pass (data and pretrained weights rebuilt, arguments
+/// folded), then the syntax-tree reduction, all within `budget`.
+fn reduce_script(
+    oracle: &mut Oracle,
+    judge: &Judge,
+    original: &str,
+    script_dir: &Path,
+    args: &ReproArgs,
+    budget: Duration,
+) -> Reduction {
+    // Local modules pasted in first, so the result stands alone.
+    let mut start = original.to_owned();
+    let mut inlined = Vec::new();
+    if let Some((flat, modules)) =
+        gradsleuth_repro::inline::inline_local_imports(original, script_dir)
+    {
+        if judge.holds(&flat, oracle) {
+            start = flat;
+            inlined = modules;
+        }
+    }
+    let started = std::time::Instant::now();
+    let within = |s: &str, o: &mut Oracle| started.elapsed() < budget && judge.holds(s, o);
+    let (start, fed) = data_pass(oracle, judge.candidate, &start, args.steps, &within);
+    // Arguments computed from the data or the command line become the literals they were.
+    let (start, folded) = fold_pass(oracle, judge.candidate, script_dir, &start, &within);
+    let mut reduced = reduce(
+        &start,
+        |s| judge.holds(s, oracle),
+        budget.saturating_sub(started.elapsed()),
+    );
+    reduced.seconds = started.elapsed().as_secs_f64();
+    Reduction {
+        start,
+        reduced,
+        fed,
+        folded,
+        inlined,
+    }
+}
+
+/// The kit's program as checked alone.
+struct Alone {
+    program: String,
+    /// (asserts the symptom, the run's report) when the finding held; None when it did not.
+    verdict: Option<(bool, Option<Report>)>,
+    /// Imports the reduction dropped that the program needs run alone.
+    restored: Vec<String>,
+    /// Files copied beside repro.py, and those left out for size.
+    beside: Vec<String>,
+    too_big: Vec<String>,
+    /// When it does not hold alone: the fresh run's last line.
+    why_not: Option<String>,
+}
+
+/// Checks the reduced program as a user will run it (a new interpreter, from the kit's
+/// folder). The reducer's server had the script's packages imported, so an import the program
+/// needs only for its side effect (torchvision's model registry, a plugin that registers
+/// itself) was dropped unseen: when the finding is gone alone, what the reduction dropped is
+/// put back, then each one the program shows the finding without is dropped again. A program
+/// that still needs the server is checked there (and said so).
+fn check_alone(
+    oracle: &mut Oracle,
+    checker: &KitCheck,
+    kit: &Kit,
+    reduction: &Reduction,
+    script_dir: &Path,
+) -> Result<Alone, CliError> {
+    let reduced = &reduction.reduced.source;
+    let out = checker.out;
+    let check = |oracle: &mut Oracle, program: &str, fresh: bool, need_symptom: bool| {
+        let kit = Kit {
+            program,
+            program_lines: code_lines(program),
+            ..*kit
+        };
+        checker.run(oracle, &kit, fresh, need_symptom)
+    };
+    // What the program still reads beside itself goes into the kit, so repro.py runs there.
+    let (mut beside, mut too_big) = copy_local_files(reduced, script_dir, out)?;
+    let mut program = reduced.clone();
+    let mut verdict = check(oracle, &program, true, false);
+    let dropped = gradsleuth_repro::data::dropped_imports(&reduction.start, reduced);
+    let mut restored: Vec<String> = Vec::new();
+    let all = if verdict.is_none() && !dropped.is_empty() {
+        gradsleuth_repro::data::with_statements(reduced, &dropped)
+    } else {
+        None
+    };
+    if let Some(all) = all {
+        let (more, big) = copy_local_files(&all, script_dir, out)?;
+        if let Some(v) = check(oracle, &all, true, false) {
+            // Each one dropped again must keep what the kit shows (the symptom asserted).
+            let need_symptom = v.0;
+            verdict = Some(v);
+            restored.clone_from(&dropped);
+            if dropped.len() <= MAX_RESTORED_TRIED {
+                for statement in &dropped {
+                    let fewer: Vec<String> = restored
+                        .iter()
+                        .filter(|s| *s != statement)
+                        .cloned()
+                        .collect();
+                    let Some(p) = gradsleuth_repro::data::with_statements(reduced, &fewer) else {
+                        continue;
+                    };
+                    if let Some(v) = check(oracle, &p, true, need_symptom) {
+                        verdict = Some(v);
+                        restored = fewer;
+                    }
+                }
+            }
+            program = gradsleuth_repro::data::with_statements(reduced, &restored).unwrap_or(all);
+            let needed = gradsleuth_repro::inline::local_files(&program, script_dir);
+            for m in more {
+                if needed.contains(&m) && !beside.contains(&m) {
+                    beside.push(m);
+                }
+            }
+            for m in big {
+                if !too_big.contains(&m) {
+                    too_big.push(m);
+                }
+            }
+        }
+    }
+    let why_not = verdict.is_none().then(|| {
+        std::fs::read_to_string(oracle.work.join("fresh.log"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
+    });
+    if why_not.is_some() {
+        program = reduced.clone();
+        verdict = check(oracle, &program, false, false);
+    }
+    Ok(Alone {
+        program,
+        verdict,
+        restored,
+        beside,
+        too_big,
+        why_not,
+    })
+}
+
+/// The summary's lines under its first: what was pasted in, copied, folded, put back, fed,
+/// and the warnings.
+fn print_notes(
+    reduction: &Reduction,
+    alone: &Alone,
+    late_error: Option<&str>,
+    script_dir: &Path,
+    steps: u32,
+) {
+    if !reduction.inlined.is_empty() {
         println!(
-            "  files the program reads, copied beside it: {}",
-            beside.join(", ")
+            "  local modules pasted in: {}",
+            reduction.inlined.join(", ")
         );
     }
-    if !too_big.is_empty() {
+    if !alone.beside.is_empty() {
+        println!(
+            "  files the program reads, copied beside it: {}",
+            alone.beside.join(", ")
+        );
+    }
+    if !alone.too_big.is_empty() {
         println!(
             "  not copied (over {} MB in all; put them beside repro.py from {}): {}",
             KIT_FILES_MB,
             script_dir.display(),
-            too_big.join(", ")
+            alone.too_big.join(", ")
         );
     }
-    if folded > 0 {
-        println!("  arguments replaced by the constant they always were: {folded}");
+    if reduction.folded > 0 {
+        println!(
+            "  arguments replaced by the constant they always were: {}",
+            reduction.folded
+        );
     }
-    if !restored.is_empty() {
+    if !alone.restored.is_empty() {
         println!(
             "  imports put back (run alone, the program needs them): {}",
-            restored.join("; ").replace('\n', " ")
+            alone.restored.join("; ").replace('\n', " ")
         );
     }
-    if let Some(why) = &why_not_alone {
+    if let Some(why) = &alone.why_not {
         println!(
             "  warning: repro.py shows the finding only in the reducer's runs, not run alone in a new interpreter{}",
             if why.is_empty() { String::new() } else { format!(" ({why})") }
         );
     }
-    if let Some(e) = &late_error {
+    if let Some(e) = late_error {
         println!(
-            "  warning: run to its end, repro.py raises `{e}` (each candidate was checked on its first {} steps only)",
-            args.steps
+            "  warning: run to its end, repro.py raises `{e}` (each candidate was checked on its first {steps} steps only)"
         );
     }
-    if !fed.is_empty() {
+    if !reduction.fed.is_empty() {
         println!(
             "  rebuilt from what the script saw (random values of the same shapes, models from their config): {}",
-            fed.join(", ")
+            reduction.fed.join(", ")
         );
     }
+}
+
+/// The kit's files, as the user named its folder.
+fn print_files(out: &Path, asserts_symptom: bool) {
+    let shown = |f: &str| out.join(f).to_string_lossy().into_owned();
     println!(
         "  {:<28} the program{}",
         shown("repro.py"),
-        if kit.asserts_symptom {
+        if asserts_symptom {
             " (prints the symptom and asserts it)"
         } else {
             ""
         }
     );
-    println!(
-        "  {:<28} fails while the bug exists",
-        shown("test_repro.py")
-    );
-    println!(
-        "  {:<28} a torch.utils.benchmark timing",
-        shown("bench_repro.py")
-    );
-    println!(
-        "  {:<28} Python, torch, CUDA, OS, gradsleuth",
-        shown("ENVIRONMENT.md")
-    );
-    println!(
-        "  {:<28} Problem, Root cause, Fix, Test, Performance",
-        shown("ISSUE.md")
-    );
-    Ok(0)
+    for (file, what) in [
+        ("test_repro.py", "fails while the bug exists"),
+        ("bench_repro.py", "a torch.utils.benchmark timing"),
+        ("ENVIRONMENT.md", "Python, torch, CUDA, OS, gradsleuth"),
+        ("ISSUE.md", "Problem, Root cause, Fix, Test, Performance"),
+    ] {
+        println!("  {:<28} {what}", shown(file));
+    }
 }
 
 /// Puts every entry of `dir` but `script` (and hidden ones) into `into`: files up to

@@ -491,32 +491,28 @@ impl<F: FnMut(&str) -> bool> Search<F> {
         current
     }
 
-    /// Tries dropping each keyword argument, the last first (a removal keeps the offsets of
-    /// those before it; a nested call's keywords are tried before its own).
-    fn keywords(&mut self, mut current: String) -> String {
-        let mut i = 0;
-        loop {
-            let removals = keyword_removals(&current);
-            let Some(&(start, end)) = removals.get(i) else {
-                break;
-            };
-            let candidate = format!("{}{}", &current[..start], &current[end..]);
-            if self.holds(&candidate) {
-                current = candidate;
-            } else {
-                i += 1;
-            }
-            if self.timed_out {
-                break;
-            }
-        }
-        current
+    /// Tries dropping each keyword argument and dict entry, the last first (a removal keeps
+    /// the offsets of those before it; a nested call's keywords are tried before its own).
+    fn keywords(&mut self, current: String) -> String {
+        self.each(current, |c| {
+            keyword_removals(c)
+                .into_iter()
+                .map(|(start, end)| format!("{}{}", &c[..start], &c[end..]))
+                .collect()
+        })
     }
 
     /// Tries inlining each single-use variable ([`rewrite::inlinings`]), the last first.
-    fn inline(&mut self, mut current: String) -> String {
+    fn inline(&mut self, current: String) -> String {
+        self.each(current, rewrite::inlinings)
+    }
+
+    /// Tries the candidates `edits` makes of the current program in turn: one that holds
+    /// becomes the program (and its candidates are made again; the one at the same place is
+    /// tried next), one that fails is passed.
+    fn each(&mut self, mut current: String, edits: impl Fn(&str) -> Vec<String>) -> String {
         let mut i = 0;
-        while let Some(candidate) = rewrite::inlinings(&current).into_iter().nth(i) {
+        while let Some(candidate) = edits(&current).into_iter().nth(i) {
             if self.holds(&candidate) {
                 current = candidate;
             } else {

@@ -134,6 +134,30 @@ fn is_compound(s: &Stmt) -> bool {
     )
 }
 
+/// The suites directly inside a statement (a function's and a class's bodies too).
+fn bodies(s: &Stmt) -> Vec<&[Stmt]> {
+    match s {
+        Stmt::FunctionDef(f) => vec![&f.body],
+        Stmt::ClassDef(c) => vec![&c.body],
+        Stmt::For(f) => vec![&f.body, &f.orelse],
+        Stmt::While(w) => vec![&w.body, &w.orelse],
+        Stmt::If(x) => std::iter::once(x.body.as_slice())
+            .chain(x.elif_else_clauses.iter().map(|c| c.body.as_slice()))
+            .collect(),
+        Stmt::With(w) => vec![&w.body],
+        Stmt::Try(t) => {
+            let mut v: Vec<&[Stmt]> = vec![&t.body, &t.orelse, &t.finalbody];
+            for h in &t.handlers {
+                let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
+                v.push(&h.body);
+            }
+            v
+        }
+        Stmt::Match(m) => m.cases.iter().map(|c| c.body.as_slice()).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Whether `e`'s text can stand anywhere an expression can without parentheses.
 fn is_atom(e: &Expr, text: &str) -> bool {
     match e {
@@ -224,31 +248,7 @@ pub fn inlinings(source: &str) -> Vec<String> {
                     suites.push((&f.body, scopes.len() - 1, false));
                 }
                 Stmt::ClassDef(c) => suites.push((&c.body, scope, true)),
-                Stmt::For(f) => {
-                    suites.extend([(f.body.as_slice(), scope, class), (&f.orelse, scope, class)]);
-                }
-                Stmt::While(w) => {
-                    suites.extend([(w.body.as_slice(), scope, class), (&w.orelse, scope, class)]);
-                }
-                Stmt::If(x) => {
-                    suites.push((&x.body, scope, class));
-                    suites.extend(
-                        x.elif_else_clauses
-                            .iter()
-                            .map(|c| (c.body.as_slice(), scope, class)),
-                    );
-                }
-                Stmt::With(w) => suites.push((&w.body, scope, class)),
-                Stmt::Try(t) => {
-                    for b in [t.body.as_slice(), &t.orelse, &t.finalbody] {
-                        suites.push((b, scope, class));
-                    }
-                    for h in &t.handlers {
-                        let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
-                        suites.push((&h.body, scope, class));
-                    }
-                }
-                _ => {}
+                _ => suites.extend(bodies(s).into_iter().map(|b| (b, scope, class))),
             }
             if class {
                 continue;
@@ -338,25 +338,7 @@ pub fn joined(source: &str) -> Option<String> {
     let mut suites: Vec<&[Stmt]> = vec![&parsed.syntax().body];
     while let Some(suite) = suites.pop() {
         for s in suite {
-            match s {
-                Stmt::FunctionDef(f) => suites.push(&f.body),
-                Stmt::ClassDef(c) => suites.push(&c.body),
-                Stmt::For(f) => suites.extend([f.body.as_slice(), f.orelse.as_slice()]),
-                Stmt::While(w) => suites.extend([w.body.as_slice(), w.orelse.as_slice()]),
-                Stmt::If(x) => {
-                    suites.push(&x.body);
-                    suites.extend(x.elif_else_clauses.iter().map(|c| c.body.as_slice()));
-                }
-                Stmt::With(w) => suites.push(&w.body),
-                Stmt::Try(t) => {
-                    suites.extend([t.body.as_slice(), t.orelse.as_slice(), &t.finalbody]);
-                    for h in &t.handlers {
-                        let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
-                        suites.push(&h.body);
-                    }
-                }
-                _ => {}
-            }
+            suites.extend(bodies(s));
             if is_compound(s) {
                 continue;
             }

@@ -186,7 +186,8 @@ fn walk(source: &str, body: &[Stmt], out: &mut Vec<Site>) {
     }
 }
 
-fn bodies(s: &Stmt) -> Vec<&[Stmt]> {
+/// The suites directly inside a statement (a function's and a class's bodies too).
+pub(crate) fn bodies(s: &Stmt) -> Vec<&[Stmt]> {
     match s {
         Stmt::FunctionDef(f) => vec![&f.body],
         Stmt::ClassDef(c) => vec![&c.body],

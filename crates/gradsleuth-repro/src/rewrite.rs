@@ -12,6 +12,8 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, ExprContext, Parameters, Stmt};
 use ruff_text_size::Ranged;
 
+use crate::data::bodies;
+
 /// The longest line a rewrite may make.
 pub const MAX_LINE: usize = 88;
 
@@ -26,6 +28,8 @@ struct Names {
     bound: HashSet<String>,
     /// Depth of lambdas and comprehensions around the current expression.
     nested: usize,
+    /// A `match` statement is there (its patterns bind names unseen): nothing is inlined.
+    patterns: bool,
 }
 
 impl Names {
@@ -80,9 +84,7 @@ impl<'a> Visitor<'a> for Names {
                 }
             }
             // A pattern binds names the visitor does not show as expressions.
-            Stmt::Match(_) => {
-                self.bound.insert(String::new());
-            }
+            Stmt::Match(_) => self.patterns = true,
             _ => {}
         }
         visitor::walk_stmt(self, stmt);
@@ -132,30 +134,6 @@ fn is_compound(s: &Stmt) -> bool {
             | Stmt::Try(_)
             | Stmt::Match(_)
     )
-}
-
-/// The suites directly inside a statement (a function's and a class's bodies too).
-fn bodies(s: &Stmt) -> Vec<&[Stmt]> {
-    match s {
-        Stmt::FunctionDef(f) => vec![&f.body],
-        Stmt::ClassDef(c) => vec![&c.body],
-        Stmt::For(f) => vec![&f.body, &f.orelse],
-        Stmt::While(w) => vec![&w.body, &w.orelse],
-        Stmt::If(x) => std::iter::once(x.body.as_slice())
-            .chain(x.elif_else_clauses.iter().map(|c| c.body.as_slice()))
-            .collect(),
-        Stmt::With(w) => vec![&w.body],
-        Stmt::Try(t) => {
-            let mut v: Vec<&[Stmt]> = vec![&t.body, &t.orelse, &t.finalbody];
-            for h in &t.handlers {
-                let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
-                v.push(&h.body);
-            }
-            v
-        }
-        Stmt::Match(m) => m.cases.iter().map(|c| c.body.as_slice()).collect(),
-        _ => Vec::new(),
-    }
 }
 
 /// Whether `e`'s text can stand anywhere an expression can without parentheses.
@@ -262,7 +240,8 @@ pub fn inlinings(source: &str) -> Vec<String> {
             };
             let name = target.id.as_str();
             let names = &scopes[scope].names;
-            if names.bound.contains(name)
+            if names.patterns
+                || names.bound.contains(name)
                 || names.stores.get(name) != Some(&1)
                 || scopes[scope].reads.get(name) != Some(&1)
             {
@@ -430,6 +409,8 @@ mod tests {
             "h = f(x)\ny = lambda: h\n",
             // A class attribute.
             "class A:\n    h = 1\n    y = g(h)\n",
+            // A scope with a `match` (its patterns may bind the name).
+            "h = f(x)\ny = g(h)\nmatch y:\n    case [h]:\n        pass\n",
             // The next statement a loop (the value would be computed each pass).
             "h = f(x)\nfor i in range(3):\n    g(h)\n",
         ] {

@@ -254,10 +254,17 @@ pub fn inlinings(source: &str) -> Vec<String> {
             {
                 continue;
             }
-            let value = &source[a.value.range()];
-            if value.contains('\n') {
+            // A value spread over lines (`L.Trainer(\n    max_steps=3,\n)`) goes in on one.
+            let (vs, ve) = (
+                a.value.range().start().to_usize(),
+                a.value.range().end().to_usize(),
+            );
+            let mut strings = Strings(Vec::new());
+            strings.visit_expr(&a.value);
+            let Some(value) = one_line(source, vs, ve, &strings.0) else {
                 continue;
-            }
+            };
+            let value = value.as_str();
             let Some((drop_start, drop_end)) = own_lines(
                 source,
                 s.range().start().to_usize(),
@@ -308,6 +315,32 @@ impl<'a> Visitor<'a> for Strings {
     }
 }
 
+/// `source[start..end]` on one line (a trailing comma before a closing bracket dropped); None
+/// when it holds a comment or one of its `strings` (ranges) spans lines.
+fn one_line(source: &str, start: usize, end: usize, strings: &[(usize, usize)]) -> Option<String> {
+    let text = &source[start..end];
+    if text.contains('#') || strings.iter().any(|&(a, b)| source[a..b].contains('\n')) {
+        return None;
+    }
+    let mut one = String::new();
+    for (k, l) in text.lines().enumerate() {
+        let l = if k == 0 { l.trim_end() } else { l.trim() };
+        let l = l.strip_suffix('\\').map_or(l, str::trim_end);
+        if k == 0 || one.ends_with(['(', '[', '{']) {
+            one.push_str(l);
+        } else if l.starts_with([')', ']', '}']) {
+            if one.ends_with(',') {
+                one.pop();
+            }
+            one.push_str(l);
+        } else if !l.is_empty() {
+            one.push(' ');
+            one.push_str(l);
+        }
+    }
+    Some(one)
+}
+
 /// The source with every simple statement spread over lines that fits on one line of at most
 /// [`MAX_LINE`] characters joined (a trailing comma before the closing bracket dropped); None
 /// when there is none. Statements with a comment or a string over several lines stay.
@@ -322,34 +355,17 @@ pub fn joined(source: &str) -> Option<String> {
                 continue;
             }
             let (start, end) = (s.range().start().to_usize(), s.range().end().to_usize());
-            let text = &source[start..end];
-            if !text.contains('\n') || text.contains('#') {
+            if !source[start..end].contains('\n') {
                 continue;
             }
             let mut strings = Strings(Vec::new());
             strings.visit_stmt(s);
-            if strings.0.iter().any(|&(a, b)| source[a..b].contains('\n')) {
+            let Some(one) = one_line(source, start, end, &strings.0) else {
                 continue;
-            }
+            };
             let Some((line_start, _)) = own_lines(source, start, end) else {
                 continue;
             };
-            let mut one = String::new();
-            for (k, l) in text.lines().enumerate() {
-                let l = if k == 0 { l.trim_end() } else { l.trim() };
-                let l = l.strip_suffix('\\').map_or(l, str::trim_end);
-                if k == 0 || one.ends_with(['(', '[', '{']) {
-                    one.push_str(l);
-                } else if l.starts_with([')', ']', '}']) {
-                    if one.ends_with(',') {
-                        one.pop();
-                    }
-                    one.push_str(l);
-                } else if !l.is_empty() {
-                    one.push(' ');
-                    one.push_str(l);
-                }
-            }
             if start - line_start + one.len() <= MAX_LINE {
                 spans.push((start, end, one));
             }
@@ -428,6 +444,15 @@ mod tests {
         // A module-level name is counted over the whole module (a function may read it).
         assert_eq!(
             inlinings("h = f(x)\ny = g(h)\ndef k():\n    return h\n"),
+            Vec::<String>::new()
+        );
+        // A value over lines goes in on one; one with a comment stays.
+        assert_eq!(
+            inlinings("t = Trainer(\n    steps=3,\n)\nt.fit(m)\n"),
+            vec!["Trainer(steps=3).fit(m)\n"]
+        );
+        assert_eq!(
+            inlinings("t = Trainer(\n    steps=3,  # few\n)\nt.fit(m)\n"),
             Vec::<String>::new()
         );
         // An operator's value is parenthesised.

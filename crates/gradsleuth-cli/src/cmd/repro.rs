@@ -389,7 +389,7 @@ pub fn run(args: ReproArgs) -> Result<i32, CliError> {
     // Candidates are judged on their first steps: what the program does after them is not
     // checked, and a kit that does not assert its symptom may raise there (a label beyond a
     // class count the reduction dropped). Said, with the error.
-    let late_error = if alone.verdict.is_some() && !asserts {
+    let late_error = if alone.why_not.is_none() && alone.verdict.is_some() && !asserts {
         oracle
             .run_fresh(&repro, true, &out)
             .ok()

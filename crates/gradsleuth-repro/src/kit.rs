@@ -173,8 +173,19 @@ print(timer.blocked_autorange(min_run_time=1.0))
             "**Problem.** gradsleuth reports {} ({}): {}",
             self.target.code, self.target.category, self.target.message
         ));
+        // The finding's own file: the bug may sit in a model file the kit carries beside
+        // repro.py.
         if let Some(loc) = self.finding.and_then(|f| f.location.as_ref()) {
-            s.push_str(&format!(" (`repro.py` line {})", loc.line));
+            let file = std::path::Path::new(&loc.file)
+                .file_name()
+                .map_or(loc.file.as_str(), |n| n.to_str().unwrap_or("repro.py"));
+            let code = loc
+                .snippet
+                .as_deref()
+                .and_then(|t| t.lines().map(str::trim).find(|l| !l.is_empty()))
+                .map(|l| format!(": `{l}`"))
+                .unwrap_or_default();
+            s.push_str(&format!(" (`{file}` line {}{code})", loc.line));
         }
         s.push_str(".\n\n");
         if let Some(r) = rule {
@@ -245,6 +256,24 @@ mod tests {
             assert!(issue.contains(part), "{part}:\n{issue}");
         }
         assert!(kit.test_py().contains("assert \"GS201\" not in codes"));
+        // The finding's line is given in its own file (a model file beside repro.py).
+        let mut finding =
+            gradsleuth_rules::registered("GS201").finding(gradsleuth_model::Severity::Error, "cut");
+        finding.location = Some(gradsleuth_model::Location {
+            snippet: Some("        x = x.detach()\n".into()),
+            ..gradsleuth_model::Location::new("/tmp/kit/modeling_bert.py", 117)
+        });
+        let with_line = Kit {
+            finding: Some(&finding),
+            ..kit
+        };
+        assert!(
+            with_line
+                .issue_md()
+                .contains("(`modeling_bert.py` line 117: `x = x.detach()`)"),
+            "{}",
+            with_line.issue_md()
+        );
         let check = symptom_check(&["head.weight".to_owned()]);
         assert!(
             check.after.contains("_named = {\"head.weight\"}"),

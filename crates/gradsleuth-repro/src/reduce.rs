@@ -494,25 +494,27 @@ impl<F: FnMut(&str) -> bool> Search<F> {
     /// Tries dropping each keyword argument and dict entry, the last first (a removal keeps
     /// the offsets of those before it; a nested call's keywords are tried before its own).
     fn keywords(&mut self, current: String) -> String {
-        self.each(current, |c| {
-            keyword_removals(c)
-                .into_iter()
-                .map(|(start, end)| format!("{}{}", &c[..start], &c[end..]))
-                .collect()
+        self.each(current, |c, i| {
+            let (start, end) = *keyword_removals(c).get(i)?;
+            Some(format!("{}{}", &c[..start], &c[end..]))
         })
     }
 
     /// Tries inlining each single-use variable ([`rewrite::inlinings`]), the last first.
     fn inline(&mut self, current: String) -> String {
-        self.each(current, rewrite::inlinings)
+        self.each(current, |c, i| rewrite::inlinings(c).into_iter().nth(i))
     }
 
-    /// Tries the candidates `edits` makes of the current program in turn: one that holds
-    /// becomes the program (and its candidates are made again; the one at the same place is
-    /// tried next), one that fails is passed.
-    fn each(&mut self, mut current: String, edits: impl Fn(&str) -> Vec<String>) -> String {
+    /// Tries the candidates `edit` makes of the current program in turn (`edit(program, i)`:
+    /// its `i`-th, None past the last): one that holds becomes the program (the candidate at
+    /// the same place, made from it, is tried next), one that fails is passed.
+    fn each(
+        &mut self,
+        mut current: String,
+        edit: impl Fn(&str, usize) -> Option<String>,
+    ) -> String {
         let mut i = 0;
-        while let Some(candidate) = edits(&current).into_iter().nth(i) {
+        while let Some(candidate) = edit(&current, i) {
             if self.holds(&candidate) {
                 current = candidate;
             } else {

@@ -50,6 +50,8 @@ pub struct Checker<'a> {
     forward_helpers: HashSet<String>,
     /// Functions that give a parameter of theirs a new submodule (see GS322).
     replacing: Vec<(String, usize, String)>,
+    /// Models kept in a holder's attribute (see GS322).
+    held: Vec<rules::optimizer_before_replace::Held>,
     /// Enclosing classes: (name, is an nn.Module subclass).
     classes: Vec<(String, bool)>,
     /// Per enclosing class: does it build parameters or submodules into `self` (or is that
@@ -222,6 +224,7 @@ impl<'a> Checker<'a> {
             module_factories: HashSet::new(),
             forward_helpers: HashSet::new(),
             replacing: Vec::new(),
+            held: Vec::new(),
             classes: Vec::new(),
             holds: Vec::new(),
             functions: Vec::new(),
@@ -377,9 +380,12 @@ impl<'a> Checker<'a> {
         rules::grad_clip_zero::check_module(self, &module.body);
         rules::frozen_then_optimized::check(self, &module.body);
         self.replacing = rules::optimizer_before_replace::replacing_functions(self, &module.body);
+        self.held = rules::optimizer_before_replace::held(&module.body);
         let replacing = std::mem::take(&mut self.replacing);
-        rules::optimizer_before_replace::check(self, &module.body, &replacing);
+        let held = std::mem::take(&mut self.held);
+        rules::optimizer_before_replace::check(self, &module.body, &replacing, &held, None);
         self.replacing = replacing;
+        self.held = held;
         rules::optimizer_subset::check(self, module);
         rules::stale_graph::check_block(self, &module.body);
         rules::inplace_param::check(self, module);
@@ -611,8 +617,17 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::grad_without_create_graph::check(self, &f.body);
                 rules::frozen_then_optimized::check(self, &f.body);
                 let replacing = std::mem::take(&mut self.replacing);
-                rules::optimizer_before_replace::check(self, &f.body, &replacing);
+                let held = std::mem::take(&mut self.held);
+                let class = self.classes.last().map(|(c, _)| c.clone());
+                rules::optimizer_before_replace::check(
+                    self,
+                    &f.body,
+                    &replacing,
+                    &held,
+                    class.as_deref(),
+                );
                 self.replacing = replacing;
+                self.held = held;
                 rules::inplace_saved::check(self, f);
                 rules::stale_graph::check_block(self, &f.body);
                 let lists = rules::unregistered::local_module_lists(self, &f.body);

@@ -93,6 +93,138 @@ pub fn replacing_functions(ck: &Checker, module: &[Stmt]) -> Vec<(String, usize,
     out
 }
 
+/// A model handed to a holder's constructor and kept in an attribute: `lit = Lit(model)`
+/// with `def __init__(self, model): self.model = model`. Inside `Lit`'s methods `self.model`
+/// and the module's `model` are one object, and so are `lit.model` and `model`.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub class: String,
+    pub attr: String,
+    /// The name handed to the constructor.
+    pub name: String,
+    /// The name the holder is bound to, if any.
+    pub holder: Option<String>,
+}
+
+/// Every [`Held`] relation of the module: constructor calls of classes it defines whose
+/// `__init__` stores a parameter in `self`.
+pub fn held(module: &[Stmt]) -> Vec<Held> {
+    use ruff_python_ast::visitor::{self, Visitor};
+    // class -> (parameter position without `self`, parameter name, attribute it is stored in)
+    let mut stores: Vec<(String, usize, String, String)> = Vec::new();
+    for s in module {
+        let Stmt::ClassDef(c) = s else { continue };
+        for st in &c.body {
+            let Stmt::FunctionDef(f) = st else { continue };
+            if f.name.id.as_str() != "__init__" {
+                continue;
+            }
+            let params: Vec<&str> = f
+                .parameters
+                .posonlyargs
+                .iter()
+                .chain(f.parameters.args.iter())
+                .skip(1)
+                .map(|p| p.parameter.name.id.as_str())
+                .collect();
+            let mut body = Vec::new();
+            flatten(&f.body, &mut body);
+            for b in body {
+                let Stmt::Assign(a) = b else { continue };
+                let Expr::Name(value) = a.value.as_ref() else {
+                    continue;
+                };
+                let Some(i) = params.iter().position(|p| *p == value.id.as_str()) else {
+                    continue;
+                };
+                for t in &a.targets {
+                    if let Some(attr) = crate::checker::dotted(t)
+                        .and_then(|d| d.strip_prefix("self.").map(str::to_owned))
+                    {
+                        stores.push((c.name.id.to_string(), i, params[i].to_owned(), attr));
+                    }
+                }
+            }
+        }
+    }
+    struct V<'s> {
+        stores: &'s [(String, usize, String, String)],
+        out: Vec<Held>,
+    }
+    impl V<'_> {
+        fn construct(&mut self, e: &Expr, holder: Option<String>) {
+            let Expr::Call(c) = e else { return };
+            let Some(class) = call_name(e) else { return };
+            for (cls, i, param, attr) in self.stores.iter().filter(|s| s.0 == class) {
+                let arg = c.arguments.args.get(*i).or_else(|| {
+                    c.arguments
+                        .keywords
+                        .iter()
+                        .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == param))
+                        .map(|k| &k.value)
+                });
+                if let Some(Expr::Name(n)) = arg {
+                    self.out.push(Held {
+                        class: cls.clone(),
+                        attr: attr.clone(),
+                        name: n.id.to_string(),
+                        holder: holder.clone(),
+                    });
+                }
+            }
+        }
+    }
+    impl<'a> Visitor<'a> for V<'_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::Assign(a) = s {
+                let holder = match a.targets.as_slice() {
+                    [Expr::Name(n)] => Some(n.id.to_string()),
+                    _ => None,
+                };
+                self.construct(&a.value, holder);
+            }
+            visitor::walk_stmt(self, s);
+        }
+        fn visit_expr(&mut self, e: &'a Expr) {
+            // An unbound construction (`trainer.fit(Lit(model))`).
+            if let Expr::Call(c) = e {
+                for a in &c.arguments.args {
+                    self.construct(a, None);
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    if stores.is_empty() {
+        return Vec::new();
+    }
+    let mut v = V {
+        stores: &stores,
+        out: Vec::new(),
+    };
+    for s in module {
+        v.visit_stmt(s);
+    }
+    v.out
+}
+
+/// The names that are one object with `owner` or part of it through a [`Held`] relation,
+/// seen from inside `class` (None at module level).
+fn held_aliases(held: &[Held], class: Option<&str>, owner: &str) -> Vec<String> {
+    held.iter()
+        .filter(|h| {
+            let inside = class == Some(h.class.as_str())
+                && (owner == "self" || owner == format!("self.{}", h.attr));
+            let outside = h
+                .holder
+                .as_deref()
+                .is_some_and(|x| owner == x || owner == format!("{x}.{}", h.attr));
+            inside || outside
+        })
+        .map(|h| h.name.clone())
+        .collect()
+}
+
 /// A call of a replacing function: the argument whose submodules it replaces.
 fn replaced_by_call<'e>(
     e: &'e Expr,
@@ -141,7 +273,13 @@ fn built_elsewhere(ck: &Checker, owner: &str) -> bool {
     !(defined(first) || defined(last))
 }
 
-pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, String)]) {
+pub fn check(
+    ck: &mut Checker,
+    body: &[Stmt],
+    replacing: &[(String, usize, String)],
+    held: &[Held],
+    class: Option<&str>,
+) {
     let mut stmts = Vec::new();
     flatten(body, &mut stmts);
     // (optimizer call range, its owners, still current)
@@ -158,6 +296,11 @@ pub fn check(ck: &mut Checker, body: &[Stmt], replacing: &[(String, usize, Strin
         if is_optimizer_call(value) {
             let mut owners = Vec::new();
             parameter_owners(value, &mut owners);
+            let aliases: Vec<String> = owners
+                .iter()
+                .flat_map(|o| held_aliases(held, class, o))
+                .collect();
+            owners.extend(aliases);
             // A new optimizer over the same model supersedes the old one.
             optimizers.retain(|(_, o)| !o.iter().any(|x| owners.contains(x)));
             hits.retain(|(opt, _, _, _)| optimizers.iter().any(|(r, _)| r == opt));
@@ -242,6 +385,25 @@ mod tests {
     fn flags_adapter_added_after_optimizer() {
         let src = "class Adapter(nn.Module):\n    pass\n\ndef setup(lr=1e-3):\n    model = Regressor()\n    opt = torch.optim.Adam(model.parameters(), lr=lr)\n    model.adapter = Adapter(16)\n    return model, opt\n";
         assert_eq!(codes(src), vec![("GS322".into(), 6)]);
+    }
+
+    #[test]
+    fn a_model_kept_by_a_holder_is_the_same_object_under_both_names() {
+        // A LightningModule keeps the script's model; `configure_optimizers` builds the
+        // optimizer over `self.model`, then the script's `model` gets a new head.
+        let src = "import lightning as L\nfrom torchvision.models import resnet18\n\nclass Lit(L.LightningModule):\n    def __init__(self, net, lr=1e-3):\n        super().__init__()\n        self.model = net\n\n    def configure_optimizers(self):\n        optimizer = torch.optim.AdamW(self.model.parameters())\n        model.fc = nn.Linear(512, 3)\n        return optimizer\n\nmodel = resnet18()\nlit = Lit(model)\n";
+        assert_eq!(codes(src), vec![("GS322".into(), 10)]);
+        // Passed by keyword, unbound (`fit(Lit(net=model))`), or through the holder's name.
+        let kw = src.replace("lit = Lit(model)", "trainer.fit(Lit(net=model))");
+        assert_eq!(codes(&kw), vec![("GS322".into(), 10)]);
+        let outside = "class Wrap(nn.Module):\n    def __init__(self, inner):\n        super().__init__()\n        self.inner = inner\n\nnet = resnet18()\nwrapped = Wrap(net)\nopt = torch.optim.SGD(wrapped.parameters(), lr=0.1)\nnet.fc = nn.Linear(512, 3)\n";
+        assert_eq!(codes(outside), vec![("GS322".into(), 8)]);
+        // Another model, not the one the holder keeps: fine.
+        let other = src.replace(
+            "        model.fc = nn.Linear(512, 3)\n",
+            "        other.fc = nn.Linear(512, 3)\n",
+        );
+        assert!(codes(&other).is_empty());
     }
 
     #[test]

@@ -129,6 +129,95 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
     }
 }
 
+/// Whether the model `root` runs whole somewhere in the module: it is called (`model(x)`),
+/// or handed to a function of this file that calls the parameter it lands in
+/// (`compute_loss(self.model, batch)` with `def compute_loss(model, batch): model(**batch)`).
+fn runs_whole(ck: &Checker, module: &ModModule, root: &str) -> bool {
+    /// Calls of `root`, and the functions it is handed to: (name, through `self.`,
+    /// positional index or keyword).
+    struct Calls<'r> {
+        root: &'r str,
+        called: bool,
+        handed: Vec<(String, bool, Result<usize, String>)>,
+    }
+    struct Find<'n>(&'n str, bool);
+    impl<'a> Visitor<'a> for Find<'_> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                if crate::checker::dotted(&c.func).as_deref() == Some(self.0) {
+                    self.1 = true;
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    impl<'a> Visitor<'a> for Calls<'_> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                if crate::checker::dotted(&c.func).as_deref() == Some(self.root) {
+                    self.called = true;
+                }
+                let callee = match c.func.as_ref() {
+                    Expr::Name(n) => Some((n.id.to_string(), false)),
+                    Expr::Attribute(a) if matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") => {
+                        Some((a.attr.id.to_string(), true))
+                    }
+                    _ => None,
+                };
+                if let Some((name, method)) = callee {
+                    let is_root =
+                        |x: &Expr| crate::checker::dotted(x).as_deref() == Some(self.root);
+                    for (i, a) in c.arguments.args.iter().enumerate() {
+                        if is_root(a) {
+                            self.handed.push((name.clone(), method, Ok(i)));
+                        }
+                    }
+                    for k in &c.arguments.keywords {
+                        if let (Some(arg), true) = (&k.arg, is_root(&k.value)) {
+                            self.handed
+                                .push((name.clone(), method, Err(arg.id.to_string())));
+                        }
+                    }
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut calls = Calls {
+        root,
+        called: false,
+        handed: Vec::new(),
+    };
+    for s in &module.body {
+        calls.visit_stmt(s);
+    }
+    calls.called
+        || calls.handed.iter().any(|(name, method, at)| {
+            let Some(f) = ck.defs.get(name) else {
+                return false;
+            };
+            let params: Vec<&str> = f
+                .parameters
+                .posonlyargs
+                .iter()
+                .chain(&f.parameters.args)
+                .chain(&f.parameters.kwonlyargs)
+                .map(|p| p.parameter.name.id.as_str())
+                .collect();
+            let param = match at {
+                Ok(i) => params.get(i + usize::from(*method)).copied(),
+                Err(k) => params.iter().find(|p| *p == k).copied(),
+            };
+            param.is_some_and(|p| {
+                let mut find = Find(p, false);
+                for s in &f.body {
+                    find.visit_stmt(s);
+                }
+                find.1
+            })
+        })
+}
+
 pub fn check(ck: &mut Checker, module: &ModModule) {
     if !ck.source.contains("parameters()") {
         return;
@@ -149,11 +238,9 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
     }
     let mut hits = Vec::new();
     for (range, owners) in &scan.optimizers {
-        // Every group is `ROOT.sub.parameters()` with one ROOT.
-        let parts: Option<Vec<(&str, &str)>> = owners
-            .iter()
-            .map(|o| o.split_once('.').filter(|(_, sub)| !sub.contains('.')))
-            .collect();
+        // Every group is `ROOT.sub.parameters()` with one ROOT (a name, or a model held in
+        // an attribute: `self.model.encoder`).
+        let parts: Option<Vec<(&str, &str)>> = owners.iter().map(|o| o.rsplit_once('.')).collect();
         let Some(parts) = parts.filter(|p| !p.is_empty()) else {
             continue;
         };
@@ -175,7 +262,7 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
             // whole model runs (`model(x)`), the rest gets gradients nothing applies.
             [] if !scan.classes.contains_key(root)
                 && scan.optimizers.len() == 1
-                && scan.ck.source.contains(&format!("{root}(")) =>
+                && runs_whole(scan.ck, module, root) =>
             {
                 let used: Vec<String> = used.iter().map(|s| format!("`{root}.{s}`")).collect();
                 hits.push((
@@ -252,6 +339,36 @@ mod tests {
             "optimizer = torch.optim.SGD(model.fc.parameters(), lr=0.1)\nbody = torch.optim.SGD(model.layer4.parameters(), lr=0.01)",
         );
         assert!(codes(&two).is_empty());
+    }
+
+    #[test]
+    fn a_model_held_in_an_attribute_and_run_through_a_function() {
+        // A LightningModule holding a library model, which a loss function of the file runs.
+        let src = "import lightning as L\nimport torch\nfrom transformers import AutoModel\n\ndef compute_loss(net, batch):\n    return net(**batch).loss\n\nclass Lit(L.LightningModule):\n    def __init__(self, model):\n        super().__init__()\n        self.model = model\n\n    def training_step(self, batch, i):\n        return compute_loss(self.model, batch)\n\n    def configure_optimizers(self):\n        return torch.optim.AdamW(self.model.classifier.parameters())\n";
+        assert_eq!(codes(src), vec![("GS323".into(), 17)]);
+        // Handed by keyword, or to a method: the same.
+        let kw = src.replace(
+            "compute_loss(self.model, batch)",
+            "compute_loss(batch=batch, net=self.model)",
+        );
+        assert_eq!(codes(&kw), vec![("GS323".into(), 17)]);
+        let method = src
+            .replace("def compute_loss(net, batch):\n    return net(**batch).loss\n\n", "")
+            .replace("return compute_loss(self.model, batch)", "return self.loss_of(self.model, batch)\n\n    def loss_of(self, net, batch):\n        return net(**batch).loss");
+        assert_eq!(codes(&method), vec![("GS323".into(), 17)], "{method}");
+        // Handed to a function that only reads it (an EMA copy, a logger): its other parts may
+        // never run, so nothing is said.
+        let reads = src.replace(
+            "return net(**batch).loss",
+            "return sum(p.sum() for p in net.parameters())",
+        );
+        assert!(codes(&reads).is_empty());
+        // `load_model(` is not a call of `model`.
+        let other = src.replace(
+            "return compute_loss(self.model, batch)",
+            "return load_model(batch)",
+        );
+        assert!(codes(&other).is_empty());
     }
 
     #[test]

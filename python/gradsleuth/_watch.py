@@ -31,7 +31,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gradsleuth import _versions
-from gradsleuth._core import graph_nodes, sequence_index, singular_condition, singular_reason, walk
+from gradsleuth._core import graph_nodes, late_recurs_note, sequence_index, singular_condition, singular_reason, walk
 from gradsleuth._tracer import op_site_of, unwrapped_name
 from gradsleuth._versions import own_ops
 
@@ -558,8 +558,8 @@ class Watch:
             if self._late_nan is not None:  # the last step's NaN: nothing after it to re-run
                 _opt, first, w, _bad, step = self._late_nan
                 self._late_nan = None
-                self.localized = {"step": step, "params": first, "method": "replay", "notes": [_late_note(step, "end")]}
-                w.set_nan(json.dumps(self.localized))
+                w.set_late_nan(step, first, "end")
+                self.localized = {"step": step, "params": first}
         except Exception as e:  # noqa: BLE001
             print(f"gradsleuth watch: {type(e).__name__}: {e}", file=sys.stderr)
         self._forward_state.clear()
@@ -709,9 +709,8 @@ class Watch:
             return
         else:
             how = "gone"
-        trace = {"step": step, "params": first, "method": "replay", "notes": [_late_note(step, how, broken)]}
-        self.localized = trace
-        w.set_nan(json.dumps(trace))
+        w.set_late_nan(step, first, how, broken)
+        self.localized = {"step": step, "params": first}
 
     def _copy_before(self, key, tensors):
         """The parameters before the step, copied into buffers kept from one sampled step to the
@@ -872,7 +871,7 @@ class Watch:
         step = w.steps if late_from is None else late_from
         trace = {"step": step, "params": names, "method": "replay", "notes": []}
         if late_from is not None:
-            trace["notes"].append(_late_note(late_from, "recurs"))
+            trace["notes"].append(late_recurs_note(late_from))
         t0 = time.perf_counter()
         try:
             self._replay(opt, trace, nan_params)
@@ -1124,24 +1123,6 @@ class _Reads:
                     return
             self._pending.popleft()
             then(host, True)
-
-
-def _late_note(step: int, how: str, broken=()) -> str:
-    """Why a NaN read a step late was re-run on another step, or not at all."""
-    head = (
-        f"the gradient turned non-finite at step {step}, read a step later (watch does not make the host wait "
-        "for the device)"
-    )
-    if how == "recurs":
-        return head + f"; re-run: step {step + 1}, where it recurs"
-    if how == "weights":
-        shown = ", ".join(f"`{n}`" for n in list(broken)[:3]) + (" and others" if len(broken) > 3 else "")
-        why = f"step {step}'s update wrote NaN/Inf into {shown}, so a re-run would start from them"
-    elif how == "gone":
-        why = f"it did not recur at step {step + 1} and step {step}'s inputs were gone"
-    else:
-        why = "the run ended"
-    return head + f"; {why}: not re-run (`GRADSLEUTH_WATCH_READS=now` reads every step at once, making the host wait)"
 
 
 def watch(model=None, optimizer=None, *, log_dir=None, thresholds=None, status=None) -> Watch:

@@ -677,6 +677,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::walk, m)?)?;
     m.add_function(wrap_pyfunction!(watch::singular_condition, m)?)?;
     m.add_function(wrap_pyfunction!(watch::singular_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(watch::late_recurs_note, m)?)?;
     m.add_function(wrap_pyfunction!(frames::class_line, m)?)?;
     m.add_function(wrap_pyfunction!(graph::graph_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(graph::sequence_index, m)?)?;

@@ -83,6 +83,23 @@ impl Watcher {
         Ok(())
     }
 
+    /// A NaN first seen at `step`, read a step late and not re-run: `how` is `weights` (its
+    /// update broke the weights `broken`), `gone` or `end` (see `gradsleuth_watch::late`).
+    #[pyo3(signature = (step, params, how, broken=Vec::new()))]
+    fn set_late_nan(
+        &mut self,
+        step: u64,
+        params: Vec<String>,
+        how: &str,
+        broken: Vec<String>,
+    ) -> PyResult<()> {
+        let late =
+            gradsleuth_watch::late::Late::parse(how, broken).map_err(PyValueError::new_err)?;
+        self.monitor
+            .set_nan(gradsleuth_watch::late::trace(step, params, &late));
+        Ok(())
+    }
+
     /// The report of an op-level step armed by the anomaly `kind` at `step`.
     fn add_deep(&mut self, report: PyRef<'_, crate::report::Report>, kind: &str, step: u64) {
         self.monitor.add_deep(report.data(), kind, step);
@@ -163,6 +180,12 @@ pub fn singular_condition(
     tensor_inputs: usize,
 ) -> Option<&'static str> {
     gradsleuth_watch::singular::condition(op, exponent, tensor_inputs).map(|c| c.as_str())
+}
+
+/// The note on a NaN first seen at `step`, read a step late and re-run where it recurs.
+#[pyfunction]
+pub fn late_recurs_note(step: u64) -> String {
+    gradsleuth_watch::late::note(step, &gradsleuth_watch::late::Late::Recurs)
 }
 
 /// Why `op`'s derivative is singular at `count` of its inputs.

@@ -17,6 +17,7 @@
 //! * the record kept in the capture ([`Monitor::record`]), from which the analysis makes
 //!   findings and the renderers draw the gradient-flow chart.
 
+pub mod late;
 pub mod series;
 pub mod singular;
 pub mod tensorboard;

@@ -737,22 +737,34 @@ def _program_times(script, package=None):
         return d["times"], d["phases"]
 
 
-def _program_ratios(times, phases, skip=5):
-    """The four ratios of one run, each against the same process's own plain iterations."""
-    by = {}
-    for i, (t, p) in enumerate(zip(times, phases)):
-        by.setdefault(p, []).append((i, t))
-    plain = statistics.median(t for i, t in by["plain"] if i >= skip)
-    after = [t for _, t in by.get("after", [])][2:] or [t for _, t in by.get("after", [])]
-    # watch: the blocks after its first (which includes its first sight of the optimizers)
-    block = 4
-    on = [t for _, t in by.get("watch", [])][block:]
-    off = [t for _, t in by.get("unwatched", [])][block:]
+def _program_ratios(times, phases, skip=5, before=4):
+    """The four ratios of one run. The tracer's windows (`op-level k`, `cheap k`, `after k`):
+    op-level and cheap tier each over the median of the `before` iterations just before their
+    window (this machine drifts by several percent over seconds), averaged over the windows;
+    after removal = the windows' "after" iterations (their first two skipped) over the plain
+    ones before the first window; watch steady = the mean of the watched iterations over the
+    mean of the plain ones interleaved with them."""
+    plain = statistics.median(t for i, (t, p) in enumerate(zip(times, phases)) if p == "plain" and i >= skip)
+    op_level, cheap, after = [], [], []
+    k = 0
+    while f"op-level {k}" in phases:
+        start = phases.index(f"op-level {k}")
+        ref = statistics.median(times[max(skip, start - before) : start])
+        op_level.append(times[start] / ref)
+        window = [t for t, p in zip(times, phases) if p == f"cheap {k}"]
+        if window:
+            cheap.append(statistics.mean(window) / ref)
+        after += [t for t, p in zip(times, phases) if p == f"after {k}"][2:]
+        k += 1
+    block = 4  # watch: the blocks after its first (which includes its first sight of the optimizers)
+    on = [t for t, p in zip(times, phases) if p == "watch"][block:]
+    off = [t for t, p in zip(times, phases) if p == "unwatched"][block:]
+    nan = float("nan")
     return {
-        "op-level": by["op-level"][0][1] / plain,
-        "cheap tier": statistics.mean(t for _, t in by["cheap"]) / plain if by.get("cheap") else float("nan"),
-        "after removal": statistics.median(after) / plain if after else float("nan"),
-        "watch steady": statistics.mean(on) / statistics.mean(off) if on and off else float("nan"),
+        "op-level": statistics.mean(op_level) if op_level else nan,
+        "cheap tier": statistics.mean(cheap) if cheap else nan,
+        "after removal": statistics.median(after) / plain if after else nan,
+        "watch steady": statistics.mean(on) / statistics.mean(off) if on and off else nan,
     }, plain
 
 
@@ -761,9 +773,10 @@ def bench_programs(rounds=5, against=None):
     against its own plain iterations (bench/programs/_timing.py): this machine's speed differs
     between processes by more than the effects measured (the same plain iteration took 64-80
     ms in four processes in a row, and two processes run side by side on its two cores
-    differed by up to 27%). Per run: op-level = the tracer's first iteration, cheap tier = the
-    rest of its window, after removal = the iterations after its hooks are removed, each over
-    the median plain iteration before it started; watch steady = the mean of iterations under
+    differed by up to 27%). Per run, over the tracer's three windows: op-level = its first
+    iteration, cheap tier = the rest of its window, each over the iterations just before the
+    window; after removal = the iterations after its hooks are removed, over the plain ones
+    before the first window; watch steady = the mean of iterations under
     `gradsleuth.watch()` over the mean of the plain ones interleaved with them, in blocks of 4
     (a mean: the sampled update-ratio step counts). The median over `rounds` runs is printed.
 

@@ -6,11 +6,14 @@ script too). One CPU thread, so that a step's time is not a scheduling lottery.
 
 `GS_BENCH_OBSERVE=1` measures gradsleuth inside the program's own process, against its own
 plain iterations (this machine's speed differs between processes by more than the effects
-measured): iterations 0-14 run plain; at 15 the tracer `gradsleuth run` uses starts (its first
-iteration op-level, then five of the hook-only tier, then its hooks removed); from 30, blocks of 4
-iterations alternate plain and under `gradsleuth.watch()` (every optimizer, the global hooks;
-24 watched iterations, so one samples the update ratios). Each iteration's phase is written
-beside its time; starting and removing hooks happens between timed iterations.
+measured, and drifts within one by up to 10% over seconds): iterations 0-14 run plain; then
+three windows of 14 iterations, each starting the tracer `gradsleuth run` uses (its first
+iteration op-level, then five of the hook-only tier, then its hooks removed and the rest of the
+window plain again, "after"), so each window is compared with the iterations just before it;
+then blocks of 4 iterations alternate plain and under `gradsleuth.watch()` (every optimizer, the
+global hooks; 24 watched iterations, so one samples the update ratios). Each iteration's phase
+is written beside its time, a window's number beside it; starting and removing hooks happens
+between timed iterations.
 
 `GS_BENCH_PROFILE=I` profiles iteration I (cProfile, the top functions by own time, on
 stderr): where an observed iteration's time goes, e.g.
@@ -30,7 +33,8 @@ torch.set_num_threads(1)
 _times: list[float] = []
 _phases: list[str] = []
 _out = os.environ.get("GS_BENCH_TIMES")
-OBSERVE_AT, WATCH_FROM, WATCH_BLOCK, WATCH_BLOCKS = 15, 30, 4, 12
+OBSERVE_AT, WINDOW, WINDOWS, WATCH_BLOCK, WATCH_BLOCKS = 15, 14, 3, 4, 12
+WATCH_FROM = OBSERVE_AT + WINDOW * WINDOWS
 # The tracer's window: its op-level iteration, then five cheap-tier ones (enough for a mean
 # that is not one noisy iteration), then eight after its hooks are removed.
 OBSERVED_STEPS = 6
@@ -48,13 +52,16 @@ class _Observer:
         from gradsleuth._tracer import Tracer
         from gradsleuth._watch import Watch
 
-        if i == OBSERVE_AT:
+        window = (i - OBSERVE_AT) // WINDOW
+        if i < WATCH_FROM and i >= OBSERVE_AT and (i - OBSERVE_AT) % WINDOW == 0:
+            if self.tracer is not None and not self.tracer.done:
+                self.tracer.finish()
             self.tracer = Tracer(Recorder("run", OBSERVED_STEPS), OBSERVED_STEPS).start()
-            return "op-level"
+            return f"op-level {window}"
         if self.tracer is not None and not self.tracer.done:
-            return "cheap"
+            return f"cheap {window}"
         if i < WATCH_FROM:
-            return "plain" if self.tracer is None else "after"
+            return "plain" if self.tracer is None else f"after {window}"
         on = ((i - WATCH_FROM) // WATCH_BLOCK) % 2 == 1
         if on and (self.watch is None or self.watch.closed):
             if self.watch is None:

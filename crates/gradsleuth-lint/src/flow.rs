@@ -1698,7 +1698,8 @@ fn loss_parts<'a>(e: &'a Expr, out: &mut (Vec<&'a Expr>, Vec<&'a Expr>)) {
     }
 }
 
-fn param_names(p: &Parameters) -> Vec<String> {
+/// A function's parameter names in order: positional ones, then keyword-only ones.
+pub(crate) fn param_names(p: &Parameters) -> Vec<String> {
     let mut out: Vec<String> = p
         .posonlyargs
         .iter()

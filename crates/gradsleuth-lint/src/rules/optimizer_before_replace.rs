@@ -63,13 +63,7 @@ pub fn replacing_functions(ck: &Checker, module: &[Stmt]) -> Vec<(String, usize,
     let mut out = Vec::new();
     for s in module {
         let Stmt::FunctionDef(f) = s else { continue };
-        let params: Vec<&str> = f
-            .parameters
-            .posonlyargs
-            .iter()
-            .chain(f.parameters.args.iter())
-            .map(|p| p.parameter.name.id.as_str())
-            .collect();
+        let params = crate::flow::param_names(&f.parameters);
         let mut stmts = Vec::new();
         flatten(&f.body, &mut stmts);
         for st in stmts {
@@ -119,13 +113,9 @@ pub fn held(module: &[Stmt]) -> Vec<Held> {
             if f.name.id.as_str() != "__init__" {
                 continue;
             }
-            let params: Vec<&str> = f
-                .parameters
-                .posonlyargs
-                .iter()
-                .chain(f.parameters.args.iter())
+            let params: Vec<String> = crate::flow::param_names(&f.parameters)
+                .into_iter()
                 .skip(1)
-                .map(|p| p.parameter.name.id.as_str())
                 .collect();
             let mut body = Vec::new();
             flatten(&f.body, &mut body);
@@ -134,14 +124,14 @@ pub fn held(module: &[Stmt]) -> Vec<Held> {
                 let Expr::Name(value) = a.value.as_ref() else {
                     continue;
                 };
-                let Some(i) = params.iter().position(|p| *p == value.id.as_str()) else {
+                let Some(i) = params.iter().position(|p| p == value.id.as_str()) else {
                     continue;
                 };
                 for t in &a.targets {
                     if let Some(attr) = crate::checker::dotted(t)
                         .and_then(|d| d.strip_prefix("self.").map(str::to_owned))
                     {
-                        stores.push((c.name.id.to_string(), i, params[i].to_owned(), attr));
+                        stores.push((c.name.id.to_string(), i, params[i].clone(), attr));
                     }
                 }
             }

@@ -196,17 +196,10 @@ fn runs_whole(ck: &Checker, module: &ModModule, root: &str) -> bool {
             let Some(f) = ck.defs.get(name) else {
                 return false;
             };
-            let params: Vec<&str> = f
-                .parameters
-                .posonlyargs
-                .iter()
-                .chain(&f.parameters.args)
-                .chain(&f.parameters.kwonlyargs)
-                .map(|p| p.parameter.name.id.as_str())
-                .collect();
+            let params = crate::flow::param_names(&f.parameters);
             let param = match at {
-                Ok(i) => params.get(i + usize::from(*method)).copied(),
-                Err(k) => params.iter().find(|p| *p == k).copied(),
+                Ok(i) => params.get(i + usize::from(*method)),
+                Err(k) => params.iter().find(|p| *p == k),
             };
             param.is_some_and(|p| {
                 let mut find = Find(p, false);

@@ -133,30 +133,33 @@ impl<'a> Visitor<'a> for Scan<'_, 'a> {
 /// or handed to a function of this file that calls the parameter it lands in
 /// (`compute_loss(self.model, batch)` with `def compute_loss(model, batch): model(**batch)`).
 fn runs_whole(ck: &Checker, module: &ModModule, root: &str) -> bool {
-    /// Calls of `root`, and the functions it is handed to: (name, through `self.`,
-    /// positional index or keyword).
-    struct Calls<'r> {
-        root: &'r str,
-        called: bool,
-        handed: Vec<(String, bool, Result<usize, String>)>,
-    }
-    struct Find<'n>(&'n str, bool);
-    impl<'a> Visitor<'a> for Find<'_> {
-        fn visit_expr(&mut self, e: &'a Expr) {
-            if let Expr::Call(c) = e {
-                if crate::checker::dotted(&c.func).as_deref() == Some(self.0) {
-                    self.1 = true;
+    /// Whether `name` (dotted) is called anywhere in `body`.
+    fn called(body: &[Stmt], name: &str) -> bool {
+        struct Find<'n>(&'n str, bool);
+        impl<'a> Visitor<'a> for Find<'_> {
+            fn visit_expr(&mut self, e: &'a Expr) {
+                if let Expr::Call(c) = e {
+                    if crate::checker::dotted(&c.func).as_deref() == Some(self.0) {
+                        self.1 = true;
+                    }
                 }
+                visitor::walk_expr(self, e);
             }
-            visitor::walk_expr(self, e);
         }
+        let mut find = Find(name, false);
+        for s in body {
+            find.visit_stmt(s);
+        }
+        find.1
     }
-    impl<'a> Visitor<'a> for Calls<'_> {
+    /// The functions `root` is handed to: (name, through `self.`, positional index or keyword).
+    struct Handed<'r> {
+        root: &'r str,
+        to: Vec<(String, bool, Result<usize, String>)>,
+    }
+    impl<'a> Visitor<'a> for Handed<'_> {
         fn visit_expr(&mut self, e: &'a Expr) {
             if let Expr::Call(c) = e {
-                if crate::checker::dotted(&c.func).as_deref() == Some(self.root) {
-                    self.called = true;
-                }
                 let callee = match c.func.as_ref() {
                     Expr::Name(n) => Some((n.id.to_string(), false)),
                     Expr::Attribute(a) if matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") => {
@@ -169,12 +172,12 @@ fn runs_whole(ck: &Checker, module: &ModModule, root: &str) -> bool {
                         |x: &Expr| crate::checker::dotted(x).as_deref() == Some(self.root);
                     for (i, a) in c.arguments.args.iter().enumerate() {
                         if is_root(a) {
-                            self.handed.push((name.clone(), method, Ok(i)));
+                            self.to.push((name.clone(), method, Ok(i)));
                         }
                     }
                     for k in &c.arguments.keywords {
                         if let (Some(arg), true) = (&k.arg, is_root(&k.value)) {
-                            self.handed
+                            self.to
                                 .push((name.clone(), method, Err(arg.id.to_string())));
                         }
                     }
@@ -183,32 +186,27 @@ fn runs_whole(ck: &Checker, module: &ModModule, root: &str) -> bool {
             visitor::walk_expr(self, e);
         }
     }
-    let mut calls = Calls {
+    if called(&module.body, root) {
+        return true;
+    }
+    let mut handed = Handed {
         root,
-        called: false,
-        handed: Vec::new(),
+        to: Vec::new(),
     };
     for s in &module.body {
-        calls.visit_stmt(s);
+        handed.visit_stmt(s);
     }
-    calls.called
-        || calls.handed.iter().any(|(name, method, at)| {
-            let Some(f) = ck.defs.get(name) else {
-                return false;
-            };
-            let params = crate::flow::param_names(&f.parameters);
-            let param = match at {
-                Ok(i) => params.get(i + usize::from(*method)),
-                Err(k) => params.iter().find(|p| *p == k),
-            };
-            param.is_some_and(|p| {
-                let mut find = Find(p, false);
-                for s in &f.body {
-                    find.visit_stmt(s);
-                }
-                find.1
-            })
-        })
+    handed.to.iter().any(|(name, method, at)| {
+        let Some(f) = ck.defs.get(name) else {
+            return false;
+        };
+        let params = crate::flow::param_names(&f.parameters);
+        let param = match at {
+            Ok(i) => params.get(i + usize::from(*method)),
+            Err(k) => params.iter().find(|p| *p == k),
+        };
+        param.is_some_and(|p| called(&f.body, p))
+    })
 }
 
 pub fn check(ck: &mut Checker, module: &ModModule) {

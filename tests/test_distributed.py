@@ -93,6 +93,29 @@ def test_correct_ddp_and_fsdp2_training_is_clean(script):
     assert proc.returncode == 0 or exit_crash, proc.stderr[-3000:]
 
 
+@pytest.mark.parametrize(
+    ("script", "line"),
+    [("fsdp2_mlp.py --cut", 22), ("fsdp1_mlp.py --orig-params --cut", 25), ("fsdp1_mlp.py --cut", 25)],
+)
+def test_a_cut_inside_a_sharded_model_is_found_once_under_the_models_own_names(script, line):
+    """FSDP2 runs each layer on an unsharded copy of its parameters, FSDP1 on views of the
+    unit's flat parameter (which, without `use_orig_params`, is all the optimizer sees); each
+    rank holds the elements of only some parameters. The detach is still found at its line,
+    once for both ranks, naming exactly the parameters behind it, as the model names them
+    (no `_fsdp_wrapped_module.`, no `_flat_param`), and the rest of each unit learns."""
+    proc, report = _run("--nproc-per-node", "2", *script.split())
+    loud = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+    assert len(loud) == 1, json.dumps(report["findings"], indent=1)
+    [f] = loud
+    assert f["category"] == "detach" and f["ranks"] == [0, 1]
+    assert sorted(f["params"]) == ["1.norm.bias", "1.norm.weight", "2.norm.bias", "2.norm.weight"]
+    assert (f["location"]["file"], f["location"]["line"]) == (script.split()[0], line)
+    names = {p["name"] for p in report["parameters"]}
+    assert "1.ff.0.weight" in names and not any("wrapped" in n or "flat" in n for n in names), names
+    learning = {p["name"] for p in report["parameters"] if p["status"] == "learning"}
+    assert learning == names - set(f["params"])
+
+
 def _leftovers(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]

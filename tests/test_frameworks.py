@@ -201,9 +201,9 @@ def test_a_job_started_by_fabric_run_is_observed_in_both_ranks_under_the_users_n
     ("script", "ranks", "stage"),
     [
         ("deepspeed_zero_detach.py", 2, 2),
-        ("deepspeed_zero_detach.py", 1, 3),
+        ("deepspeed_zero_detach.py", 2, 3),
         ("deepspeed_zero_control.py", 1, 2),
-        ("deepspeed_zero_control.py", 1, 3),
+        ("deepspeed_zero_control.py", 2, 3),
     ],
     ids=["detach-zero2", "detach-zero3", "control-zero2", "control-zero3"],
 )

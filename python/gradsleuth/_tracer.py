@@ -220,6 +220,15 @@ class Tracer:
         self._copies: dict[int, tuple] = {}
         self._copy_stepped: set[int] = set()
         self._registered_ids: set[int] = set()  # the parameters of the model being scanned
+        self._param_at: dict[tuple, int] = {}  # (module key, attribute) -> parameter key
+        self._stand_in_hooks: list = []  # removed when the op-level step ends
+        # FSDP1's flat parameters as the model's parameters (`_record_parts`): flat key ->
+        # [(part key, offset in this rank's shard or None, elements here)]; (flat key, index)
+        # -> part key; module key -> {attribute: part key}.
+        self._parts: dict[int, list] = {}
+        self._sharded = False  # a model holds sharded parameters (see `_stand_ins`)
+        self._part_keys: dict[tuple, int] = {}
+        self._part_at: dict[int, dict[str, int]] = {}
         self._backward_depth = 0
         self._backwards = 0
         self._scaler_depth = 0
@@ -584,6 +593,9 @@ class Tracer:
         `known`: gradient norms already read this step (key -> norm), not read again."""
         self._exit_op_mode()
         log, self._oplog = self._oplog, None
+        for h in self._stand_in_hooks:
+            h.remove()
+        self._stand_in_hooks.clear()
         self._deep = self._deep_all and not self.done
         if log is None:
             return
@@ -599,6 +611,12 @@ class Tracer:
                 elif t.grad is not None:
                     grads.append((k, t))
             known = known or {}
+            for parts in self._parts.values():  # a part's key stands for its address
+                for pk, _, _ in parts:
+                    if pk not in reached:
+                        unreached[pk] = pk
+                    elif known.get(pk) == 0.0:
+                        zero[pk] = pk
             todo = [(k, t) for k, t in grads if k not in known]
             read = dict(zip((k for k, _ in todo), norms([t.grad for _, t in todo])))
             for k, t in grads:
@@ -660,6 +678,8 @@ class Tracer:
                 self._module_stack.append(key)
                 if self._oplog is not None:
                     self._oplog.set_module(key)
+                    if self._sharded:
+                        self._stand_ins(module, key)
                 if self._last_call.get(key) != self._root_call:
                     first_run = key not in self._last_call
                     self._last_call[key] = self._root_call
@@ -669,6 +689,37 @@ class Tracer:
         except Exception as e:  # noqa: BLE001 - never break the user's forward
             self.rec.note(f"forward hook: {type(e).__name__}: {e}")
         return None
+
+    def _stand_ins(self, module, mkey):
+        """Tensors a module runs on in place of its registered, sharded parameters: FSDP1 with
+        `use_orig_params` puts views of the unsharded flat parameter in `_parameters` for the
+        forward, without it in plain attributes (`_record_parts`), FSDP2 an unsharded leaf.
+        A cut behind one is charged to the parameter it stands for; a gradient reaching one
+        reached it (the parameter's own accumulation hook never fires). Anything else put
+        there (`functional_call`'s tensors) is the user's."""
+        for name, t in module._parameters.items():
+            if t is None or not t.requires_grad:
+                continue
+            pkey = self._param_at.get((mkey, name))
+            p = self.obj(pkey) if pkey is not None else None
+            if p is None or p is t:
+                continue
+            if getattr(p, "_local_tensor", None) is None and not getattr(p, "_fsdp_flattened", False):
+                continue
+            if t.grad_fn is not None and (t._base is None or not t._base.is_leaf):
+                continue
+            self._stand_in(t, id(p), pkey)
+        parts = self._part_at.get(mkey)
+        if parts:
+            held = vars(module)
+            for name, pk in parts.items():
+                t = held.get(name)
+                if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None:
+                    self._stand_in(t, pk, pk)
+
+    def _stand_in(self, t, addr, pkey):
+        self._oplog.stand_in(t, addr)
+        self._stand_in_hooks.append(t.register_hook(lambda _g, _k=pkey, _rec=self.rec: _rec.reached(_k)))
 
     def _registered(self, parent, name, child):
         try:
@@ -828,8 +879,13 @@ class Tracer:
             if id(p) in skip_params:
                 continue
             tkey = self.key(p)
+            if getattr(p, "_is_flat_param", False) and getattr(p, "_param_infos", None):
+                self._record_parts(p, tkey, prefix + strip(pname).rpartition(".")[0])
+                continue
             attr = pname.rpartition(".")[2]
-            self._tensor(p, tkey, prefix + strip(pname), TensorKind.PARAM, owner_of.get(id(p)), attr, hook)
+            owner = owner_of.get(id(p))
+            self._param_at[(owner, attr)] = tkey
+            self._tensor(p, tkey, prefix + strip(pname), TensorKind.PARAM, owner, attr, hook)
         for mname, m in root.named_modules(remove_duplicate=True):
             mkey = self.key(m)
             mname = strip(mname)
@@ -838,6 +894,58 @@ class Tracer:
                     qual = f"{mname}.{bname}" if mname else bname
                     self._tensor(b, self.key(b), prefix + qual, TensorKind.BUFFER, mkey, bname, hook)
             self._scan_attributes(m, mkey, rkey, prefix + (mname + "." if mname else ""), names, hook)
+
+    def _record_parts(self, flat, fkey, unit):
+        """FSDP1 without `use_orig_params`: each unit trains one flat parameter holding the
+        model's parameters end to end (this rank's shard of it). Each of those is recorded as
+        the model names it (`unit.fqn`) and measured on its stretch of the flat parameter and
+        of its gradient; one not on this rank has no elements here. The flat parameter itself
+        is storage. A part has no object: its key stands for its address (see `_stand_ins`)."""
+        parts = []
+        for i, (fqn, (attr, module, _), shape, shard) in enumerate(
+            zip(flat._fqns, flat._param_infos, flat._shapes, flat._shard_param_infos)
+        ):
+            pk = self._part_keys.get((fkey, i))
+            if pk is None:
+                self._next_key += 1
+                pk = self._part_keys[(fkey, i)] = self._next_key
+            mkey = self.key(module)
+            self._scanned.add(pk)
+            self.rec.tensor(
+                key=pk,
+                name=f"{unit}.{fqn}" if unit else fqn,
+                kind=TensorKind.PARAM,
+                module=mkey,
+                attr=attr,
+                shape=list(shape),
+                dtype=_dtype(flat),
+                requires_grad=flat.requires_grad,
+                is_leaf=True,
+                is_parameter=True,
+            )
+            self.rec.tensor_shard(pk, shard.numel_in_shard if shard.in_shard else 0)
+            self._part_at.setdefault(mkey, {})[attr] = pk
+            parts.append((pk, shard.offset_in_shard if shard.in_shard else None, shard.numel_in_shard or 0))
+        self._parts[fkey] = parts
+        self._sharded = True
+
+    def _split_flat(self, keys, tensors):
+        """`keys`/`tensors` with each flat parameter (or its gradient) replaced by its parts'
+        stretches on this rank (see `_record_parts`)."""
+        if not self._parts:
+            return keys, tensors
+        out_k, out_t = [], []
+        for k, t in zip(keys, tensors):
+            parts = self._parts.get(k)
+            if parts is None:
+                out_k.append(k)
+                out_t.append(t)
+                continue
+            for pk, offset, numel in parts:
+                if offset is not None:
+                    out_k.append(pk)
+                    out_t.append(t.narrow(0, offset, numel))
+        return out_k, out_t
 
     def _scan_attributes(self, m, mkey, rkey, qual, names, hook):
         for attr, value in vars(m).items():
@@ -928,10 +1036,12 @@ class Tracer:
             self.rec.loaded(tkey)
         local = getattr(t, "_local_tensor", None)  # an FSDP2 DTensor's shard on this rank
         if local is not None:
+            self._sharded = True
             self.rec.tensor_shard(tkey, local.numel())
         elif getattr(t, "_fsdp_flattened", False) and not getattr(t, "_is_flat_param", False):
             # FSDP1 with `use_orig_params`: a view of this rank's shard of the flat parameter
             # (no elements when its values live on other ranks)
+            self._sharded = True
             self.rec.tensor_shard(tkey, t.numel())
         if hook and t.requires_grad and t.is_leaf and tkey not in self._hooked:
             self._hooked.add(tkey)
@@ -1016,6 +1126,10 @@ class Tracer:
             lrs.append(float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item()))
         for p in self._opt_params(opt):
             pkey = self.key(p)
+            parts = self._parts.get(pkey)
+            if parts is not None:
+                params.extend(pk for pk, _, _ in parts)
+                continue
             if not self.rec.has_tensor(pkey):
                 self.rec.tensor(
                     key=pkey,
@@ -1060,8 +1174,9 @@ class Tracer:
             self._optimizers[okey] = weakref.ref(opt)
             self._opt_sites.setdefault(okey, (None, None, None))
         if self._opt_steps.get(okey) is None or okey not in self._weights_after:
-            keys = self._register_optimizer(opt, okey)
-            weights = [p.detach() for p in self._opt_params(opt)]
+            self._register_optimizer(opt, okey)
+            params = self._opt_params(opt)
+            keys, weights = self._split_flat([self.key(p) for p in params], [p.detach() for p in params])
             before = dict(zip(keys, norms(weights)))
             if okey not in self._bits_before:
                 self._bits_before[okey] = dict(zip(keys, fingerprints(weights)))
@@ -1107,9 +1222,11 @@ class Tracer:
             if missing & set(self.rec.reached_keys()):
                 self._deep = True
                 self._rearmed = True
-        ns = norms([g for _, g in grads] + [p.detach() for p in params])
-        grad_norms = dict(zip((k for k, _ in grads), ns[: len(grads)]))
-        after = dict(zip(keys, ns[len(grads) :]))
+        grad_keys, grad_ts = self._split_flat([k for k, _ in grads], [g for _, g in grads])
+        keys, weights = self._split_flat(keys, [p.detach() for p in params])
+        ns = norms(grad_ts + weights)
+        grad_norms = dict(zip(grad_keys, ns[: len(grad_ts)]))
+        after = dict(zip(keys, ns[len(grad_ts) :]))
         self._weights_after[okey] = after
         self.rec.step_post(okey, [(k, grad_norms.get(k)) for k in keys], list(after.items()))
         self._steps_seen[okey] = self._steps_seen.get(okey, 0) + 1
@@ -1477,16 +1594,26 @@ def wrapper_prefix(module) -> str:
     return prefix
 
 
+# Wrappers put around layers inside a model, named away in their own state dicts: FSDP1's
+# nested units and torch's activation-checkpoint wrapper. Names drop them as checkpoints do.
+_INNER_WRAPPERS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
 def unwrapped_name(root) -> Callable[[str], str]:
     """Renames a dotted name inside `root` as inside the model its wrappers hold."""
     wrap = wrapper_prefix(root)
-    if not wrap:
-        return lambda n: n
 
     def strip(name: str) -> str:
-        if name.startswith(wrap):
-            return name[len(wrap) :]
-        return "" if name + "." == wrap else name
+        if wrap:
+            if name.startswith(wrap):
+                name = name[len(wrap) :]
+            elif name + "." == wrap:
+                return ""
+        if "_wrapped_module" in name:
+            for inner in _INNER_WRAPPERS:
+                name = name.replace(inner, "")
+            name = name.removesuffix("._fsdp_wrapped_module").removesuffix("._checkpoint_wrapped_module")
+        return name
 
     return strip
 

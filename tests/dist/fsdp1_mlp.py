@@ -13,21 +13,26 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
 
 class Block(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, cut=False):
         super().__init__()
+        self.cut = cut
         self.norm = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
 
     def forward(self, x):
-        return x + self.ff(self.norm(x))
+        h = self.norm(x)
+        if self.cut:
+            h = h.detach()  # the bug `--cut` plants: the norms never learn
+        return x + self.ff(h)
 
 
 def main():
     dist.init_process_group("gloo")
     torch.manual_seed(0)
+    cut = "--cut" in sys.argv
     orig = "--orig-params" in sys.argv
     cpu = torch.device("cpu")
-    model = nn.Sequential(nn.Linear(8, 16), Block(16), Block(16), nn.Linear(16, 1))
+    model = nn.Sequential(nn.Linear(8, 16), Block(16, cut), Block(16, cut), nn.Linear(16, 1))
     for i in (1, 2):
         model[i] = FSDP(model[i], device_id=cpu, use_orig_params=orig)
     model = FSDP(model, device_id=cpu, use_orig_params=orig)

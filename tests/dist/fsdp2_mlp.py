@@ -1,4 +1,7 @@
-"""FSDP2 (`fully_shard`) on CPU: each block sharded, then the whole model (control)."""
+"""FSDP2 (`fully_shard`) on CPU: each block sharded, then the whole model (control; `--cut`
+detaches each block's norm from what follows)."""
+
+import sys
 
 import torch
 import torch.distributed as dist
@@ -7,19 +10,24 @@ from torch.distributed.fsdp import fully_shard
 
 
 class Block(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, cut=False):
         super().__init__()
+        self.cut = cut
         self.norm = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
 
     def forward(self, x):
-        return x + self.ff(self.norm(x))
+        h = self.norm(x)
+        if self.cut:
+            h = h.detach()  # the bug `--cut` plants: the norms never learn
+        return x + self.ff(h)
 
 
 def main():
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), Block(16), Block(16), nn.Linear(16, 1))
+    cut = "--cut" in sys.argv
+    model = nn.Sequential(nn.Linear(8, 16), Block(16, cut), Block(16, cut), nn.Linear(16, 1))
     for layer in model:
         fully_shard(layer)
     fully_shard(model)

@@ -166,7 +166,9 @@ impl Facts {
                 status: ParamStatus::GradNone,
                 visible: visible(t) && !t.module.is_some_and(|m| uncalled.contains(&m)),
             };
-            f.status = status(t, &f, any_optimizer_step);
+            let cut_off =
+                t.local_numel == Some(0) && capture.cuts.iter().any(|c| c.params.contains(&t.key));
+            f.status = status(t, &f, any_optimizer_step, cut_off);
             order.push(t.key);
             recs.insert(t.key, t.clone());
             tensors.insert(t.key, f);
@@ -360,7 +362,7 @@ fn timeline_from_backwards(key: u64, capture: &Capture, primary: &[u64]) -> Vec<
     out
 }
 
-fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
+fn status(t: &TensorRec, f: &TensorFacts, any_step: bool, cut_off: bool) -> ParamStatus {
     if t.kind == TensorKind::Buffer {
         return ParamStatus::Unregistered;
     }
@@ -368,9 +370,15 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool) -> ParamStatus {
         return ParamStatus::Frozen;
     }
     if t.local_numel == Some(0) {
-        // An FSDP2 shard with no elements on this rank: nothing here to judge; the ranks
-        // holding its shards say whether it learns (the merge uses theirs).
-        return ParamStatus::Learning;
+        // An FSDP shard with no elements on this rank: its gradient and update live on the
+        // ranks holding its elements (the merge uses theirs). Only this rank's own backward
+        // speaks: a parameter a cut of the op-level step cut off, which no gradient reached
+        // then, gets none on any rank (every rank runs the whole forward).
+        return if cut_off && !f.reached() {
+            ParamStatus::GradNone
+        } else {
+            ParamStatus::Learning
+        };
     }
     if !t.is_leaf {
         return ParamStatus::NonLeaf;

@@ -690,6 +690,70 @@ mod tests {
         s.capture
     }
 
+    /// A sharded model (FSDP): rank 1 holds no elements of `aux.weight`, so its gradient and
+    /// update are rank 0's to judge; but a cut both ranks' backwards saw cut it off, and no
+    /// gradient reached it on either. Both ranks name it: one finding for ranks 0-1, not one
+    /// per rank with different parameters.
+    #[test]
+    fn a_cut_off_parameter_a_rank_holds_no_elements_of_is_still_named_by_that_rank() {
+        let cut = gradsleuth_model::capture::CutRec {
+            kind: gradsleuth_model::Category::Detach,
+            op: "Tensor.detach".into(),
+            location: Some(Location::new("train.py", 22)),
+            params: vec![12],
+            step: 1,
+            ..Default::default()
+        };
+        let ranks: Vec<Capture> = (0..2)
+            .map(|rank| {
+                let mut c = rank_capture(rank, 2, 3);
+                for st in &mut c.steps {
+                    st.grad_norms.retain(|(k, _)| *k != 12);
+                    st.weight_after.retain(|(k, _)| *k != 12);
+                    st.weight_before.retain(|(k, _)| *k != 12);
+                }
+                for b in &mut c.backwards {
+                    b.reached.retain(|k| *k != 12);
+                }
+                if rank == 1 {
+                    let t = c.tensors.iter_mut().find(|t| t.key == 12).unwrap();
+                    t.local_numel = Some(0);
+                }
+                c.cuts.push(cut.clone());
+                c
+            })
+            .collect();
+        let report = merge(&ranks);
+        let loud: Vec<&Finding> = report
+            .findings
+            .iter()
+            .filter(|f| f.severity != Severity::Info)
+            .collect();
+        assert_eq!(loud.len(), 1, "{:#?}", report.findings);
+        assert_eq!(loud[0].params, vec!["aux.weight"]);
+        assert_eq!(loud[0].ranks, vec![0, 1]);
+        // Without the cut, a rank with no elements says nothing: rank 0's view stands.
+        let quiet: Vec<Capture> = (0..2)
+            .map(|rank| {
+                let mut c = rank_capture(rank, 2, 3);
+                if rank == 1 {
+                    let t = c.tensors.iter_mut().find(|t| t.key == 12).unwrap();
+                    t.local_numel = Some(0);
+                    for st in &mut c.steps {
+                        st.grad_norms.retain(|(k, _)| *k != 12);
+                    }
+                }
+                c
+            })
+            .collect();
+        let report = merge(&quiet);
+        assert!(
+            report.findings.iter().all(|f| f.severity == Severity::Info),
+            "{:#?}",
+            report.findings
+        );
+    }
+
     #[test]
     fn ranks_print_as_ranges() {
         assert_eq!(

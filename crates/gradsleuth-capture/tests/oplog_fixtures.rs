@@ -252,6 +252,9 @@ struct Fixture {
     /// Leaf tensors that do not.
     #[serde(default)]
     inputs: Vec<String>,
+    /// Leaf tensors that require grad and are no parameter (FSDP's flat storage).
+    #[serde(default)]
+    leaves: Vec<String>,
     ops: Vec<Step>,
     /// Parameters whose gradient was exactly zero (the soft cuts' pool).
     #[serde(default)]
@@ -307,6 +310,8 @@ struct Step {
     graph: Option<String>,
     /// Frees this name (its address may be reused).
     free: Option<String>,
+    /// `[tensor, parameter]`: a module runs on the tensor in place of the parameter.
+    stand_in: Option<(String, String)>,
     /// A new Python float named so, at the address of `reuse` if given.
     value: Option<String>,
     reuse: Option<String>,
@@ -361,6 +366,18 @@ fn run_fixture(path: &Path) -> Value {
         );
         names.insert(x.clone(), a);
     }
+    for x in &fx.leaves {
+        let a = w.alloc(
+            Obj::Tensor {
+                requires_grad: true,
+                node: None,
+                version: 0,
+                shape: vec![8],
+            },
+            None,
+        );
+        names.insert(x.clone(), a);
+    }
     for lit in [false, true] {
         let a = w.alloc(Obj::Bool(lit), None);
         names.insert(lit.to_string(), a);
@@ -392,6 +409,9 @@ fn run_fixture(path: &Path) -> Value {
         }
         if let Some(f) = &step.free {
             names.remove(f);
+        }
+        if let Some((t, p)) = &step.stand_in {
+            log.stand_in(&Fake(&mut w), &names[t], names[p]);
         }
         if let Some(l) = &step.backward {
             log.loss(&mut Fake(&mut w), &names[l]);

@@ -394,6 +394,14 @@ impl OpLog {
         log.op(&mut host, &call);
     }
 
+    /// A module runs on `tensor` (a view of a leaf) in place of its registered parameter,
+    /// `id(parameter)` = `param`: a walk reaching the view has reached that parameter.
+    #[pyo3(signature = (tensor, param))]
+    fn stand_in(&mut self, py: Python<'_>, tensor: Bound<'_, PyAny>, param: usize) {
+        let (log, host) = self.split(py);
+        log.stand_in(&host, &tensor, param);
+    }
+
     /// The user's code entered `torch.inference_mode()` (its caller is the user's line).
     fn inference_entered(&mut self, py: Python<'_>) {
         let (log, mut host) = self.split(py);

@@ -195,6 +195,13 @@ pub struct OpLog<K, N> {
     /// Modules with an output that no op ever used (it died, or the step ended, unused): a
     /// pooler whose output the user's loss does not take.
     dropped: FxHashSet<u64>,
+    /// Tensors a module ran on in place of its registered (sharded) parameters, with the
+    /// views' nodes kept so identities stay valid. FSDP1 with `use_orig_params` runs each
+    /// layer on plain views of the unsharded flat parameter, FSDP2 on an unsharded leaf: a
+    /// walk reaching either has reached that parameter, not the flat storage every layer of
+    /// the unit shares or a copy the optimizer never sees.
+    stand_ins: StandInMap,
+    stand_in_nodes: Vec<N>,
     step: u32,
     /// Ops recorded.
     pub ops: u64,
@@ -225,6 +232,47 @@ fn short(file: &str) -> &str {
         .unwrap_or(file)
 }
 
+/// Stand-ins for parameters (see [`OpLog::stand_in`]): a view's node identity, or a leaf's
+/// address, -> the parameter's address.
+#[derive(Default)]
+struct StandInMap {
+    nodes: FxHashMap<usize, usize>,
+    leaves: FxHashMap<usize, usize>,
+}
+
+/// The host's graph with stand-ins read as the parameters they stand for: a view's node as
+/// that parameter's leaf (no inputs), a stand-in leaf as the parameter.
+struct StandIns<'a, H> {
+    h: &'a mut H,
+    map: &'a StandInMap,
+}
+
+impl<H: GraphSource<Id = usize>> GraphSource for StandIns<'_, H> {
+    type Node = H::Node;
+    type Id = usize;
+    type Error = H::Error;
+
+    fn id(&self, node: &Self::Node) -> usize {
+        self.h.id(node)
+    }
+
+    fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>) -> Result<(), H::Error> {
+        let nodes = &self.map.nodes;
+        if nodes.is_empty() || !nodes.contains_key(&self.h.id(node)) {
+            self.h.children(node, out)?;
+        }
+        Ok(())
+    }
+
+    fn leaf(&mut self, node: &Self::Node) -> Result<Option<u64>, H::Error> {
+        if let Some(addr) = self.map.nodes.get(&self.h.id(node)) {
+            return Ok(Some(*addr as u64));
+        }
+        let leaf = self.h.leaf(node)?;
+        Ok(leaf.map(|a| self.map.leaves.get(&(a as usize)).map_or(a, |p| *p as u64)))
+    }
+}
+
 impl<K, N> OpLog<K, N> {
     /// An empty log for observed step `step`.
     pub fn new(step: u32) -> Self {
@@ -251,6 +299,8 @@ impl<K, N> OpLog<K, N> {
             made_by: Default::default(),
             read: Default::default(),
             dropped: Default::default(),
+            stand_ins: Default::default(),
+            stand_in_nodes: Vec::new(),
             step,
             ops: 0,
             errors: 0,
@@ -294,6 +344,8 @@ impl<K, N> OpLog<K, N> {
         self.made_by.clear();
         self.read.clear();
         self.dropped.clear();
+        self.stand_ins = StandInMap::default();
+        self.stand_in_nodes.clear();
     }
 
     /// An op used `t`: it is no longer a module output waiting for a use.
@@ -339,6 +391,25 @@ impl<K, N> OpLog<K, N> {
                 _ if len < 1_000_000 => self.module_timeline.push((seq, key)),
                 _ => {}
             }
+        }
+    }
+
+    /// A module runs on `t`, a leaf or a view of one, in place of its registered parameter at
+    /// address `param` (see `stand_ins`; the caller tells which tensors stand in).
+    pub fn stand_in<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, t: &H::Value, param: usize) {
+        if self.stand_in_nodes.len() + self.stand_ins.leaves.len() >= 100_000 {
+            return;
+        }
+        match h.grad_fn(t) {
+            Ok(Some(kept)) => {
+                let id = h.id(&h.node(&kept));
+                self.stand_ins.nodes.insert(id, param);
+                self.stand_in_nodes.push(kept);
+            }
+            Ok(None) => {
+                self.stand_ins.leaves.insert(h.addr(t), param);
+            }
+            Err(_) => {}
         }
     }
 
@@ -979,10 +1050,12 @@ impl<K, N> OpLog<K, N> {
         cut: &Cut<N>,
         pool: &FxHashMap<usize, u64>,
         later: &FxHashMap<usize, u64>,
+        stand_ins: &StandInMap,
     ) -> (Vec<u64>, Option<u64>) {
         let roots: Vec<H::Node> = cut.nodes.iter().map(|n| h.node(n)).collect();
         let mut leaves: Vec<u64> = cut.leaves.iter().map(|p| *p as u64).collect();
-        if let Ok(w) = walk_graph(h, roots, 5_000_000) {
+        let mut g = StandIns { h, map: stand_ins };
+        if let Ok(w) = walk_graph(&mut g, roots, 5_000_000) {
             leaves.extend(w.leaves);
         }
         let mut params = Vec::new();
@@ -1059,7 +1132,7 @@ impl<K, N> OpLog<K, N> {
             // A hard cut's chain starts from a parameter the backward never reached, when there
             // is one: the plainest evidence of the cut.
             let later = if cut.soft { &none } else { zero };
-            let (mut params, first_leaf) = Self::reach(h, cut, pool, later);
+            let (mut params, first_leaf) = Self::reach(h, cut, pool, later, &self.stand_ins);
             // Downstream of a non-differentiable op: parameters whose input it made constant
             // (their gradient exactly zero) are lost to it too.
             if cut.kind == Category::NonDifferentiable {
@@ -1087,7 +1160,11 @@ impl<K, N> OpLog<K, N> {
                 // And those behind a value multiplied with its (zero) output.
                 if !cut.siblings.is_empty() {
                     let roots: Vec<H::Node> = cut.siblings.iter().map(|n| h.node(n)).collect();
-                    if let Ok(w) = walk_graph(h, roots, 5_000_000) {
+                    let mut g = StandIns {
+                        h: &mut *h,
+                        map: &self.stand_ins,
+                    };
+                    if let Ok(w) = walk_graph(&mut g, roots, 5_000_000) {
                         lost.extend(w.leaves);
                     }
                 }
@@ -1113,8 +1190,12 @@ impl<K, N> OpLog<K, N> {
             let mut chain_from = None;
             if let (Some(leaf), Some(root)) = (first_leaf, cut.nodes.first()) {
                 let root = h.node(root);
-                let names = |g: &mut H, n: &H::Node| g.node_name(n);
-                if let Ok(Some(path)) = path_to_leaf(h, root, leaf, 100_000, names) {
+                let names = |g: &mut StandIns<'_, H>, n: &H::Node| g.h.node_name(n);
+                let mut g = StandIns {
+                    h: &mut *h,
+                    map: &self.stand_ins,
+                };
+                if let Ok(Some(path)) = path_to_leaf(&mut g, root, leaf, 100_000, names) {
                     chain.extend(path.into_iter().rev().skip(1).take(12));
                     chain_from = pool.get(&(leaf as usize)).copied();
                 }
@@ -1160,7 +1241,7 @@ impl<K, N> OpLog<K, N> {
                 {
                     continue;
                 }
-                let (params, _) = Self::reach(h, cut, &left, &none);
+                let (params, _) = Self::reach(h, cut, &left, &none, &self.stand_ins);
                 if params.is_empty() {
                     continue;
                 }
@@ -1202,7 +1283,11 @@ impl<K, N> OpLog<K, N> {
                     .cuts
                     .iter()
                     .filter(|c| !c.soft)
-                    .filter(|c| !Self::reach(h, c, unreached, &none).0.is_empty())
+                    .filter(|c| {
+                        !Self::reach(h, c, unreached, &none, &self.stand_ins)
+                            .0
+                            .is_empty()
+                    })
                     .take(1)
                     .collect();
             }

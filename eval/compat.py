@@ -68,19 +68,22 @@ OLD = ("setuptools==81.0.0",)
 # torch 2.1 is the oldest the tracer supports (post-accumulate-grad hooks arrived in 2.1); 2.0
 # is there to be refused. Python 3.10's newest torch is 2.14.1. numpy: 1.x below torch 2.3
 # (built against it), the newest a Python has otherwise.
+# transformers 4.x (its last line, 4.57), whose loader differs from 5.x: it gives the keys a
+# checkpoint lacks storage through `load_state_dict` before initialising them.
+HF4 = ("transformers==4.57.6", "tokenizers==0.22.2", "huggingface-hub==0.36.2", "safetensors==0.8.0")
 CELLS = [
     Cell("2.15.0", "3.11", "2.4.6"),
     Cell("2.12.1", "3.11", "2.4.6"),
     Cell("2.8.0", "3.11", "2.4.6"),
     Cell("2.4.1", "3.11", "2.4.6"),
     Cell("2.1.2", "3.11", "1.26.4", extra=OLD),
-    Cell("2.15.0", "3.13", "2.4.6"),
+    Cell("2.15.0", "3.13", "2.4.6", extra=HF4),
     Cell("2.15.0", "3.12", "2.4.6"),
     Cell("2.14.1", "3.10", "2.2.6"),
     Cell("2.0.1", "3.11", "1.26.4", supported=False, extra=OLD),
 ]
 CI = ["torch2.15-py3.13", "torch2.1-py3.11"]
-CHECKS = ["install", "corpus", "same text", "demo", "watch", "explain", "where", "api"]
+CHECKS = ["install", "corpus", "same text", "demo", "watch", "explain", "where", "api", "transformers 4"]
 
 
 @dataclass
@@ -330,6 +333,25 @@ def check_api(env: Path) -> str:
     return "ok" if proc.returncode == 0 and "api ok" in proc.stdout else f"FAIL {proc.stderr[-400:]}"
 
 
+def check_transformers4(env: Path, cell: Cell) -> str:
+    """A new classifier head frozen by a name filter, on transformers 4.x (`tests/frameworks`):
+    the head is told as not loaded with the checkpoint, at the user's line, on that loader too."""
+    if not any(x.startswith("transformers==4.") for x in cell.extra):
+        return "n/a"
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        proc = sh(
+            [env / "bin" / "gradsleuth", "run", "--format", "json", "--out", out, "bert_classifier_frozen_by_filter.py"],
+            cwd=ROOT / "tests" / "frameworks",
+        )
+        if not out.exists():
+            return f"FAIL no report: {proc.stderr[-300:]}"
+        loud = [f for f in json.loads(out.read_text())["findings"] if f["severity"] != "info"]
+    got = [(f["code"], sorted(f["params"]), f["location"]["line"]) for f in loud]
+    want = [("GS101", ["classifier.bias", "classifier.weight"], 19)]
+    return "ok" if got == want else f"FAIL {got}"
+
+
 def check_refused(env: Path) -> dict[str, str]:
     """Below the supported range: `run` exits 2 and says which torch it needs; lint still works."""
     with tempfile.TemporaryDirectory() as d:
@@ -365,6 +387,7 @@ def run_cell(cell: Cell, wheel: Path, version: str, cases: list[Path], reference
             result.checks["explain"] = check_explain(env, pool)
             result.checks["where"] = check_where(env)
             result.checks["api"] = check_api(env)
+            result.checks["transformers 4"] = check_transformers4(env, cell)
     result.seconds = time.time() - start
     return result
 

@@ -439,7 +439,7 @@ class Tracer:
 
         def load(module, state_dict, *args, **kwargs):
             out = original(module, state_dict, *args, **kwargs)
-            if tracer.active:
+            if tracer.active and not _materializing(sys._getframe(1)):
                 try:
                     if whole:  # `load_state_dict`: names relative to the module
                         params = module.named_parameters()
@@ -1534,6 +1534,23 @@ def _in_owner_init(t, frame) -> bool:
             owner = frame.f_locals.get("self")
             if isinstance(owner, nn.Module) and any(p is t for p in vars(owner).get("_parameters", {}).values()):
                 return True
+        frame = frame.f_back
+    return False
+
+
+# Loaders that give a model's missing keys storage through `load_state_dict` (empty values,
+# initialised afterwards): transformers 4.5x moves them off the meta device so.
+_MATERIALIZERS = frozenset({"_move_missing_keys_from_meta_to_cpu"})
+
+
+def _materializing(frame) -> bool:
+    """A load (`load_state_dict`, or the `_load_from_state_dict` it calls) made, within six
+    frames, by a loader materialising missing keys: what it writes is not from a checkpoint."""
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code.co_name in _MATERIALIZERS:
+            return True
         frame = frame.f_back
     return False
 

@@ -341,42 +341,28 @@ fn run_fixture(path: &Path) -> Value {
     };
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut keys: FxHashMap<usize, u64> = FxHashMap::default();
-    for (i, p) in fx.params.iter().enumerate() {
-        let a = w.alloc(
+    // Leaf tensors: the parameters, the inputs (no grad), other leaves needing grad.
+    let leaf = |w: &mut World, requires_grad: bool| {
+        w.alloc(
             Obj::Tensor {
-                requires_grad: true,
+                requires_grad,
                 node: None,
                 version: 0,
                 shape: vec![4],
             },
             None,
-        );
+        )
+    };
+    for (i, p) in fx.params.iter().enumerate() {
+        let a = leaf(&mut w, true);
         names.insert(p.clone(), a);
         keys.insert(a, i as u64 + 1);
     }
     for x in &fx.inputs {
-        let a = w.alloc(
-            Obj::Tensor {
-                requires_grad: false,
-                node: None,
-                version: 0,
-                shape: vec![4],
-            },
-            None,
-        );
-        names.insert(x.clone(), a);
+        names.insert(x.clone(), leaf(&mut w, false));
     }
     for x in &fx.leaves {
-        let a = w.alloc(
-            Obj::Tensor {
-                requires_grad: true,
-                node: None,
-                version: 0,
-                shape: vec![8],
-            },
-            None,
-        );
-        names.insert(x.clone(), a);
+        names.insert(x.clone(), leaf(&mut w, true));
     }
     for lit in [false, true] {
         let a = w.alloc(Obj::Bool(lit), None);

@@ -18,6 +18,10 @@
 //! new output at a reused address resets what was known about the address, and an entry
 //! counts only while the host's keeper says the address still holds the same object.
 //!
+//! A sharded model runs its layers on stand-ins of its parameters (FSDP's views of a flat
+//! parameter, unsharded copies): the tracer names them ([`OpLog::stand_in`]) and the walks read
+//! each as the parameter it stands for.
+//!
 //! Everything the analysis asks of a value or a node goes through [`Host`].
 
 pub mod classify;

@@ -340,8 +340,9 @@ def check_transformers4(env: Path, cell: Cell) -> str:
         return "n/a"
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
+        script = "bert_classifier_frozen_by_filter.py"
         proc = sh(
-            [env / "bin" / "gradsleuth", "run", "--format", "json", "--out", out, "bert_classifier_frozen_by_filter.py"],
+            [env / "bin" / "gradsleuth", "run", "--format", "json", "--out", out, script],
             cwd=ROOT / "tests" / "frameworks",
         )
         if not out.exists():

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from gradsleuth import _versions
-from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind, class_line
+from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind, class_line, unwrapped, wrapper_prefix
 from gradsleuth._sites import STDLIB_DIRS
 from gradsleuth._versions import own_ops
 
@@ -1577,62 +1577,11 @@ def _leaf_behind(t):
 # flat copies of them (ZeRO stages 1-2, stage 3, bf16).
 _COPY_GROUPS = ("bit16_groups", "fp16_groups", "bf16_groups")
 
-# Wrappers around the user's model and the attribute that holds it: DDP / DataParallel's
-# `module`, `torch.compile`'s `_orig_mod`, FSDP1's `_fsdp_wrapped_module`, PEFT's
-# `base_model.model`, DeepSpeed's engine, Lightning Fabric's `_FabricModule`. Names are the
-# user's model's own, the wrappers' prefix taken off once.
-_WRAPPERS = {
-    "DeepSpeedEngine": "module",
-    "DistributedDataParallel": "module",
-    "DataParallel": "module",
-    "OptimizedModule": "_orig_mod",
-    "FullyShardedDataParallel": "_fsdp_wrapped_module",
-    "_FabricModule": "_forward_module",
-}
-
-
-def wrapper_prefix(module) -> str:
-    """The dotted path (with a trailing dot) from `module` through the wrappers around the
-    user's model, or "" when `module` wraps nothing."""
-    prefix = ""
-    for _ in range(8):
-        cls = type(module).__name__
-        attr = _WRAPPERS.get(cls)
-        inner = None
-        if attr is not None:
-            inner = getattr(module, attr, None)
-        elif cls.startswith("PeftModel"):
-            attr = "base_model.model"
-            inner = getattr(getattr(module, "base_model", None), "model", None)
-        if attr is None or not isinstance(inner, nn.Module):
-            break
-        prefix += attr + "."
-        module = inner
-    return prefix
-
-
-# Wrappers put around layers inside a model, named away in their own state dicts: FSDP1's
-# nested units and torch's activation-checkpoint wrapper. Names drop them as checkpoints do.
-_INNER_WRAPPERS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
-
-
 def unwrapped_name(root) -> Callable[[str], str]:
-    """Renames a dotted name inside `root` as inside the model its wrappers hold."""
+    """Renames a dotted name inside `root` as inside the user's model: the wrappers around it
+    and around its layers named away (in Rust: `gradsleuth_capture::names`)."""
     wrap = wrapper_prefix(root)
-
-    def strip(name: str) -> str:
-        if wrap:
-            if name.startswith(wrap):
-                name = name[len(wrap) :]
-            elif name + "." == wrap:
-                return ""
-        if "_wrapped_module" in name:
-            for inner in _INNER_WRAPPERS:
-                name = name.replace(inner, "")
-            name = name.removesuffix("._fsdp_wrapped_module").removesuffix("._checkpoint_wrapped_module")
-        return name
-
-    return strip
+    return lambda name: unwrapped(name, wrap)
 
 
 def _owner_model(module, frame):

@@ -9,6 +9,7 @@
 //!   parameters to the cut on their path;
 //! * [`site`]: which frame is the user's, and [`site::Site`], a user frame;
 //! * [`holders`]: which module holds which, to name a layer called directly;
+//! * [`names`]: names inside the user's model, the frameworks' wrappers named away;
 //! * [`support`]: the oldest torch the tracer supports, and why.
 //!
 //! The op log is generic over [`oplog::Host`], the way `gradsleuth-graph` is generic over
@@ -17,6 +18,7 @@
 //! files (`tests/fixtures/*.json`), so the analysis is tested with `cargo test`.
 
 pub mod holders;
+pub mod names;
 pub mod oplog;
 pub mod recorder;
 pub mod site;

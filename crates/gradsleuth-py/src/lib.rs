@@ -655,6 +655,42 @@ fn torch_refusal(version: &str) -> Option<String> {
     gradsleuth_capture::support::torch_refusal(version)
 }
 
+/// The dotted path, with a trailing dot, from `module` through the wrappers around the user's
+/// model (`module._orig_mod.`; [`gradsleuth_capture::names::wrapped_attr`]), or "" when it
+/// wraps nothing.
+#[pyfunction]
+fn wrapper_prefix(module: Bound<'_, PyAny>) -> PyResult<String> {
+    let py = module.py();
+    let nn_module = py.import("torch.nn")?.getattr("Module")?;
+    let mut prefix = String::new();
+    let mut m = module;
+    for _ in 0..8 {
+        let class = m.get_type().name()?;
+        let Some(attr) = gradsleuth_capture::names::wrapped_attr(&class.to_cow()?) else {
+            break;
+        };
+        let mut inner = Some(m.clone());
+        for part in attr.split('.') {
+            inner = inner.and_then(|x| x.getattr(part).ok());
+        }
+        match inner {
+            Some(i) if i.is_instance(&nn_module)? => {
+                prefix.push_str(attr);
+                prefix.push('.');
+                m = i;
+            }
+            _ => break,
+        }
+    }
+    Ok(prefix)
+}
+
+/// `name` inside the user's model ([`gradsleuth_capture::names::unwrapped`]).
+#[pyfunction]
+fn unwrapped(name: &str, prefix: &str) -> String {
+    gradsleuth_capture::names::unwrapped(name, prefix)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Recorder>()?;
@@ -674,6 +710,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(torch_refusal, m)?)?;
+    m.add_function(wrap_pyfunction!(wrapper_prefix, m)?)?;
+    m.add_function(wrap_pyfunction!(unwrapped, m)?)?;
     m.add_function(wrap_pyfunction!(graph::walk, m)?)?;
     m.add_function(wrap_pyfunction!(watch::singular_condition, m)?)?;
     m.add_function(wrap_pyfunction!(watch::singular_reason, m)?)?;

@@ -2,7 +2,8 @@
 (control). `--orig-params` passes `use_orig_params=True`: the original parameters are views of
 this rank's shard of the flat parameter (empty where the values live on the other rank);
 without it the model's parameters are replaced by FSDP's flat parameters and the layers' weights
-by views of them, refreshed at every forward."""
+by views of them, refreshed at every forward. `--cut` detaches each block's norm from what
+follows."""
 
 import sys
 

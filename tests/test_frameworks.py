@@ -71,6 +71,25 @@ def test_lightning_two_optimizer_gan_is_quiet_and_names_both_networks(tmp_path):
     assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
 
 
+def test_lightning_fp16_scaler_finding_its_scale_is_not_a_bug_one_that_never_steps_is(tmp_path):
+    """A GradScaler skips steps (no optimizer hook runs) while its scale overflows: the first
+    steps of fp16 training. Observation goes on until the requested steps were taken, and the
+    run is quiet; when activations overflow fp16 at any scale, no step is ever taken, and after
+    32 more skipped steps that is GS109, at the user's `trainer.fit`."""
+    script = HERE / "lightning_fp16_scaler.py"
+    proc, report = run_json(script.name, cwd=script.parent, tmp_path=tmp_path)
+    assert report is not None, proc.stderr[-3000:]
+    assert not _loud(report), report["findings"]
+    assert report["steps_observed"] == 3
+    assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
+    proc, report = run_json(script.name, "--overflow", cwd=script.parent, tmp_path=tmp_path)
+    assert report is not None, proc.stderr[-3000:]
+    [f] = _loud(report)
+    assert (f["code"], f["severity"]) == ("GS109", "error")
+    assert (f["location"]["file"], f["location"]["line"]) == (script.name, 35)
+    assert len(f["steps"]) == 35, f["steps"]
+
+
 def test_peft_adapters_cut_off_by_reentrant_checkpointing(tmp_path):
     report = _run(tmp_path, HERE / "peft_vit_reentrant_checkpointing.py")
     [f] = _loud(report)

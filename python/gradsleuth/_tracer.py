@@ -232,6 +232,7 @@ class Tracer:
         self._backward_depth = 0
         self._backwards = 0
         self._scaler_depth = 0
+        self._scaler_taken: dict[int, int] = {}  # optimizer key -> steps a GradScaler took
 
     # ---- identities -------------------------------------------------------------------
     def key(self, obj) -> int:
@@ -532,7 +533,7 @@ class Tracer:
         if self.done:
             return
         if self._opt_steps:
-            if min(self._opt_steps.values()) >= self.steps:
+            if min(self._opt_steps.values()) >= self.steps and not self._calibrating():
                 self.rec.progress(self.steps, "done")
                 self.finish()
         elif not self._optimizers and self._backwards >= self.steps:
@@ -541,6 +542,15 @@ class Tracer:
             if not self._finish_pending:
                 self.rec.note("observation ended after many backward calls without a completed optimizer step")
             self._finish_when_outside()
+
+    def _calibrating(self) -> bool:
+        """A GradScaler skipped some of an optimizer's steps: it is finding its scale (the first
+        steps of fp16 training overflow and are skipped by design). Observation goes on until
+        `steps` steps were taken, or for `_CALIBRATION` more calls: a scaler that never steps
+        by then has gradients no scale makes finite (GS109)."""
+        return any(n < self.steps for n in self._scaler_taken.values()) and max(
+            self._opt_steps.values()
+        ) < self.steps + _CALIBRATION
 
     def _finish_when_outside(self):
         """Finishes now, unless the op-level mode is inside an op (`backward()` and
@@ -1375,6 +1385,7 @@ class Tracer:
                 tracer._scaler_depth -= 1
                 try:
                     stepped = tracer._steps_seen.get(okey, 0) > before
+                    tracer._scaler_taken[okey] = tracer._scaler_taken.get(okey, 0) + stepped
                     scale = float(self.get_scale()) if self.is_enabled() else None
                     tracer.rec.scaler_step(okey, stepped, scale, site_of(sys._getframe(1)))
                     tracer._opt_steps[okey] = tracer._opt_steps.get(okey, 0) + 1
@@ -1572,6 +1583,10 @@ def _leaf_behind(t):
         node = nxt[0] if nxt else None
     return None
 
+
+# Steps observed beyond the requested ones while a GradScaler skips every step: halving the
+# scale each time, a default scale (65536) reaches 1e-5 within 32 steps.
+_CALIBRATION = 32
 
 # Attributes holding the model's parameters, by group, on DeepSpeed's optimizers that update
 # flat copies of them (ZeRO stages 1-2, stage 3, bf16).

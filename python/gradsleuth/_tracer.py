@@ -1584,8 +1584,8 @@ def _leaf_behind(t):
     return None
 
 
-# Steps observed beyond the requested ones while a GradScaler skips every step: halving the
-# scale each time, a default scale (65536) reaches 1e-5 within 32 steps.
+# Scaler calls observed beyond the requested steps while a GradScaler has not taken them yet
+# (`Tracer._calibrating`): halving each time, a default scale (65536) reaches 1e-5 within 32.
 _CALIBRATION = 32
 
 # Attributes holding the model's parameters, by group, on DeepSpeed's optimizers that update

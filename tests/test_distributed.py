@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, report_of, run_gradsleuth
+from conftest import GRADSLEUTH, ROOT, report_of, run_gradsleuth
 
 DIST = ROOT / "tests" / "dist"
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -124,7 +125,8 @@ def _leftovers(marker: str) -> list[str]:
 def test_a_hang_is_ended_by_the_timeout_and_the_stalled_rank_named():
     started = time.monotonic()
     # 45 s: on a loaded two-core machine a rank can take most of 30 s to import torch, join the
-    # group and reach the stalled read; stopped before it, it is named at the loader loop.
+    # group and reach the stalled read. Each rank gets SIGTERM twice (the timeout's, the
+    # launcher's forward): the stuck line is kept (see the test below).
     proc, report = _run("--nproc-per-node", "2", "--timeout", "45", "stalled_loader_ddp.py", timeout=200)
     assert time.monotonic() - started < 120
     assert proc.returncode == 124
@@ -137,6 +139,29 @@ def test_a_hang_is_ended_by_the_timeout_and_the_stalled_rank_named():
     assert report["error"]["type"] == "Timeout"
     time.sleep(1)
     assert _leftovers("stalled_loader_ddp.py") == []
+
+
+def test_a_rank_signalled_twice_is_named_where_it_was_stuck_not_where_it_cleaned_up(tmp_path):
+    """A timeout signals the whole process tree and the launcher forwards the signal to its
+    ranks, so a rank gets SIGTERM twice; the second must not replace the stuck line by the
+    cleanup the first one started. Nothing failed and no timeout ran out, so the report says
+    the signal came from outside the job."""
+    marker = tmp_path / "pid"
+    out = tmp_path / "r.json"
+    cmd = [GRADSLEUTH, "run", "--format", "json", "--out", out, "--nproc-per-node", "1", "stuck_read.py", marker]
+    proc = subprocess.Popen(list(map(str, cmd)), cwd=DIST, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int(marker.read_text())
+    os.kill(pid, signal.SIGTERM)
+    time.sleep(0.5)  # inside the `finally` now
+    os.kill(pid, signal.SIGTERM)
+    proc.communicate(timeout=120)
+    report = report_of(out.read_text())
+    [f] = [f for f in report["findings"] if f["code"] == "GS131"]
+    assert "time.sleep(3600)" in f["location"]["snippet"], f
+    assert "from outside the job" in f["message"] and "another rank failed" not in f["message"]
 
 
 def test_saved_rank_captures_merge_again_without_python(tmp_path):

@@ -66,7 +66,16 @@ class _Terminated(BaseException):
     """SIGTERM from the launcher, raised in the main thread so the capture is saved."""
 
 
+_terminating: list[int] = []
+
+
 def _on_sigterm(signum, _frame):
+    # Once: a timeout signals the whole process tree and the launcher forwards the signal to its
+    # ranks too. A second one, raised while the first unwinds (in a `finally`, a context
+    # manager's exit), would replace where the rank was stuck by where it was cleaning up.
+    if _terminating:
+        return
+    _terminating.append(signum)
     raise _Terminated(f"terminated by signal {signum} (the launcher stopped this rank)")
 
 

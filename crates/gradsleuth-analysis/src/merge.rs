@@ -438,6 +438,14 @@ impl Merger {
         };
         let behind_at = hung.iter().map(|&r| position(r)).min();
         let ahead_exists = hung.iter().any(|&r| Some(position(r)) != behind_at);
+        // The launcher stops the other ranks when one fails (raised, or died leaving no
+        // capture); a rank stopped when none did was signalled from outside the job.
+        let others_failed = !self.missing.is_empty()
+            || all.len() > self.ranks.len()
+            || self
+                .ranks
+                .values()
+                .any(|i| i.error.as_ref().is_some_and(|e| e.0 != "Terminated"));
         for (&rank, info) in &self.ranks {
             let at = phase_text(info.phase.as_ref());
             let host = info
@@ -468,9 +476,14 @@ impl Merger {
                 }
             } else {
                 match &info.error {
-                    Some((kind, _, loc)) if kind == "Terminated" => (
+                    Some((kind, _, loc)) if kind == "Terminated" && others_failed => (
                         Severity::Warning,
                         format!("rank {rank}{host} was stopped by the launcher {at} (another rank failed first)."),
+                        loc.clone(),
+                    ),
+                    Some((kind, _, loc)) if kind == "Terminated" => (
+                        Severity::Warning,
+                        format!("rank {rank}{host} was stopped {at} by a SIGTERM from outside the job (no rank failed and no --timeout ran out: a scheduler's preemption or time limit, or a kill); the location is where it was then."),
                         loc.clone(),
                     ),
                     Some((kind, msg, loc)) if is_secondary(msg) => {
@@ -534,7 +547,10 @@ impl Merger {
         if !by_steps.is_empty() {
             let text: Vec<String> = by_steps
                 .iter()
-                .map(|(steps, ranks)| format!("ranks {}: {steps}", rank_list(ranks)))
+                .map(|(steps, ranks)| {
+                    let word = if ranks.len() == 1 { "rank" } else { "ranks" };
+                    format!("{word} {}: {steps}", rank_list(ranks))
+                })
                 .collect();
             let mut f = gradsleuth_rules::registered("GS132").finding(
                 Severity::Info,
@@ -839,6 +855,47 @@ mod tests {
             fails,
             vec![(&Severity::Error, &vec![1]), (&Severity::Warning, &vec![0])]
         );
+    }
+
+    #[test]
+    fn a_rank_stopped_when_no_rank_failed_is_told_it_was_signalled_from_outside() {
+        let stopped = |rank| {
+            let mut c = rank_capture(rank, 2, 3);
+            c.error = Some(ScriptError {
+                kind: "Terminated".into(),
+                message: "terminated by signal 15".into(),
+                location: Some(Location::new("train.py", 12)),
+                ..Default::default()
+            });
+            c
+        };
+        let messages = |report: &Report| -> Vec<String> {
+            report
+                .findings
+                .iter()
+                .filter(|f| f.code == "GS131")
+                .map(|f| f.message.clone())
+                .collect()
+        };
+        let outside = messages(&merge(&[stopped(0), stopped(1)]));
+        assert_eq!(outside.len(), 2);
+        assert!(outside
+            .iter()
+            .all(|m| m.contains("from outside the job") && !m.contains("another rank failed")));
+        // A peer that raised, or died leaving no capture: the launcher stopped the rest.
+        let mut failed = rank_capture(1, 2, 3);
+        failed.error = Some(ScriptError {
+            kind: "RuntimeError".into(),
+            message: "boom".into(),
+            ..Default::default()
+        });
+        for report in [merge(&[stopped(0), failed]), merge(&[stopped(0)])] {
+            let stopped = messages(&report)
+                .into_iter()
+                .find(|m| m.starts_with("rank 0"))
+                .unwrap();
+            assert!(stopped.contains("another rank failed first"), "{stopped}");
+        }
     }
 
     #[test]

@@ -117,6 +117,18 @@ def test_a_cut_inside_a_sharded_model_is_found_once_under_the_models_own_names(s
     assert learning == names - set(f["params"])
 
 
+def test_the_error_ddp_raises_for_a_cut_is_explained_by_the_cut():
+    """DDP without `find_unused_parameters` fails in the step after parameters took no part in
+    the loss ("Expected to have finished reduction"); the cause is the `.detach()`, and the
+    report's error says so."""
+    proc, report = _run("--nproc-per-node", "2", "ddp_classifier.py", "--cut")
+    assert proc.returncode != 0
+    assert "Expected to have finished reduction" in report["error"]["message"]
+    [cut] = [f for f in report["findings"] if f["category"] == "detach"]
+    assert cut["ranks"] == [0, 1] and cut["location"]["line"] == 23
+    assert report["error"]["explained_by"] == [cut["id"]]
+
+
 def _leftovers(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]

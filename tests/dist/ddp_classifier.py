@@ -1,4 +1,7 @@
-"""A correct DDP classifier (control): every module runs on every rank in every step."""
+"""A correct DDP classifier (control): every module runs on every rank in every step. With
+`--cut` the features are detached before the head, which DDP fails on in the next step."""
+
+import sys
 
 import torch
 import torch.distributed as dist
@@ -15,7 +18,10 @@ class Classifier(nn.Module):
         self.head = nn.Linear(32, 5)
 
     def forward(self, x):
-        return self.head(self.features(x))
+        h = self.features(x)
+        if "--cut" in sys.argv:
+            h = h.detach()  # the cut
+        return self.head(h)
 
 
 def main():

@@ -181,7 +181,7 @@ fn watch_rows(w: &gradsleuth_model::capture::WatchRec) -> Vec<gradsleuth_model::
 }
 
 /// The findings that explain the script's exception, by what the message says.
-fn explaining(findings: &[Finding], message: &str) -> Vec<String> {
+pub(crate) fn explaining(findings: &[Finding], message: &str) -> Vec<String> {
     use gradsleuth_model::Category as C;
     let wanted: &[C] = if message.contains("backward through the graph a second time") {
         &[C::StaleTensor]
@@ -198,6 +198,19 @@ fn explaining(findings: &[Finding], message: &str) -> Vec<String> {
             C::NumpyRoundtrip,
             C::NonDifferentiable,
             C::Frozen,
+        ]
+    } else if message.contains("Expected to have finished reduction") {
+        // DDP waited for gradients of parameters that took no part in the loss: whatever cut
+        // them off, left their module unused, or ran it on some ranks only.
+        &[
+            C::RankDivergence,
+            C::Unused,
+            C::Detach,
+            C::DataAttr,
+            C::NoGrad,
+            C::Rewrap,
+            C::NumpyRoundtrip,
+            C::NonDifferentiable,
         ]
     } else {
         &[]

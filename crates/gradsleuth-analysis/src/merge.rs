@@ -607,14 +607,7 @@ impl Merger {
             });
         }
         if let Some((rank, kind, message)) = root_error.or(secondary_error) {
-            let explained_by = report
-                .findings
-                .iter()
-                .filter(|f| {
-                    f.code == "GS130" && message.contains("Expected to have finished reduction")
-                })
-                .map(|f| f.id.clone())
-                .collect();
+            let explained_by = crate::explaining(&report.findings, &message);
             let explanation = gradsleuth_explain::explain_exception(&kind, &message);
             report.error = Some(ReportErrorInfo {
                 kind,

@@ -129,6 +129,22 @@ def test_the_error_ddp_raises_for_a_cut_is_explained_by_the_cut():
     assert report["error"]["explained_by"] == [cut["id"]]
 
 
+@pytest.mark.parametrize("script", ["fsdp2_mlp.py", "fsdp1_mlp.py", "fsdp1_mlp.py --orig-params"])
+def test_watch_reports_a_nan_in_a_sharded_model_once_by_name_and_training_goes_on(script):
+    """`--watch` on FSDP: each rank measures the parameters it holds elements of (an FSDP1 flat
+    parameter by the parameters it holds), so the NaN is one finding for both ranks naming the
+    model's parameters. The step is not re-run: a re-run would all-gather on the ranks that saw
+    the NaN only, and leave the parameters unsharded for the next step; training goes on."""
+    proc, report = _run("--watch", "--nproc-per-node", "2", *script.split(), "--nan")
+    loud = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
+    assert [(f["code"], f["ranks"], f["steps"]) for f in loud] == [("GS140", [0, 1], [2])], loud
+    [nan] = loud
+    names = {p["name"] for p in report["parameters"]}
+    assert set(nan["params"]) <= names and "1.norm.weight" in nan["params"], nan["params"]
+    assert "not re-run" in nan["message"] and "loss computation" not in nan["message"]
+    assert report["steps_observed"] == 4 and report["error"] is None
+
+
 def _leftovers(marker: str) -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if marker in line and "ps -eo" not in line]

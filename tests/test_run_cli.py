@@ -170,6 +170,43 @@ def test_a_script_that_raises_keeps_its_traceback_and_its_exit_code(write_script
     assert report["steps_observed"] == 2
 
 
+def test_a_script_the_timeout_stops_is_reported_with_its_steps_and_where_it_hung(write_script, tmp_path):
+    """`--timeout` on a script stuck after two steps (a DataLoader worker running beside it):
+    the steps it took are diagnosed, the error says where it was stuck, and the worker ends
+    quietly (it inherited the script's SIGTERM handling)."""
+    script = write_script(
+        textwrap.dedent(
+            """
+            import time
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader, TensorDataset
+
+            model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+            opt = torch.optim.Adam(model.parameters())
+            loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=2, num_workers=1)
+            for step, (x,) in enumerate(loader):
+                loss = model(x).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if step == 1:
+                    time.sleep(3600)  # a read that never returns
+            """
+        )
+    )
+    out = tmp_path / "r.json"
+    proc = run_gradsleuth("run", "--timeout", "20", "--format", "json", "--out", out, script, cwd=tmp_path)
+    assert proc.returncode == 124
+    report = report_of(out.read_text())
+    assert report["steps_observed"] == 2
+    assert report["error"]["type"] == "Timeout"
+    message = report["error"]["message"]
+    assert "after the optimizer step of step 2" in message and "train.py:16 `time.sleep(3600)" in message, message
+    assert not [f for f in report["findings"] if f["severity"] != "info"], report["findings"]
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_sys_exit_code_is_passed_through(write_script, tmp_path):
     script = write_script("import sys\nimport torch\nsys.exit(7)\n")
     proc = run_gradsleuth("run", script, cwd=tmp_path)

@@ -63,20 +63,29 @@ def _dist_env():
 
 
 class _Terminated(BaseException):
-    """SIGTERM from the launcher, raised in the main thread so the capture is saved."""
+    """SIGTERM, raised in the main thread so the capture is saved."""
 
 
+# [the pid of the process that installed the handler, then the signal once one came]
 _terminating: list[int] = []
 
 
 def _on_sigterm(signum, _frame):
-    # Once: a timeout signals the whole process tree and the launcher forwards the signal to its
-    # ranks too. A second one, raised while the first unwinds (in a `finally`, a context
-    # manager's exit), would replace where the rank was stuck by where it was cleaning up.
-    if _terminating:
+    if _terminating and _terminating[0] != os.getpid():
+        # A forked child (a DataLoader worker, a multiprocessing pool's) inherited the
+        # handler: it ends as it would without gradsleuth.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    if len(_terminating) > 1:
+        # Once: a timeout signals the whole process tree and a launcher forwards the signal to
+        # its ranks too. A second one, raised while the first unwinds (in a `finally`, a
+        # context manager's exit), would replace where the script was stuck by where it was
+        # cleaning up.
         return
     _terminating.append(signum)
-    raise _Terminated(f"terminated by signal {signum} (the launcher stopped this rank)")
+    who = " (the launcher stopped this rank)" if "RANK" in os.environ else ""
+    raise _Terminated(f"terminated by signal {signum}{who}")
 
 
 def _finish(tracer):
@@ -113,8 +122,10 @@ def main(argv: list[str]) -> int:
         script, args = argv[0], argv[1:]
 
     rec = _recorder(config, script or f"-m {module}", args, dist_env)
-    if dist_env is not None:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    # SIGTERM (the launcher stopping a rank, `--timeout`, a scheduler) raised in the main
+    # thread: the capture is saved with where the script was.
+    _terminating[:] = [os.getpid()]
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
     save = _saver(rec, capture_path)
     code_obj = None
@@ -176,8 +187,11 @@ def main(argv: list[str]) -> int:
         # Saved at once: the launcher kills what is still running a few seconds after its
         # SIGTERM, and on a loaded machine finishing the tracer can take longer than that.
         save()
-        _finish(tracer)
-        code = 128 + signal.SIGTERM
+        _end(rec, tracer, watch, save)
+        # Ended as SIGTERM ends a process, while the exception still holds the script's frames:
+        # no interpreter shutdown, no finalizers (a DataLoader's would complain about the
+        # workers the signal also ended).
+        os._exit(128 + signal.SIGTERM)
     except BaseException as e:  # noqa: BLE001 - the script's own exception, reported as Python would
         _print_exception(e)
         record_error(rec, e)
@@ -187,9 +201,8 @@ def main(argv: list[str]) -> int:
         code = 1
     finally:
         _end(rec, tracer, watch, save)
-        if dist_env is not None:
-            # From here on a SIGTERM only ends the process (as it would without gradsleuth).
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # From here on a SIGTERM only ends the process (as it would without gradsleuth).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return code
 
 
@@ -371,6 +384,11 @@ def activate() -> bool:
     previous = sys.excepthook
 
     def excepthook(kind, e, tb):
+        if isinstance(e, _Terminated):
+            rec.set_error("Terminated", str(e), _error_site(e))
+            save()
+            _end(rec, tracer, watch, save)
+            os._exit(128 + signal.SIGTERM)  # as SIGTERM ends a process (see `main`)
         try:
             record_error(rec, e)
             # While the traceback (and so the frames holding the model) is alive.
@@ -380,6 +398,8 @@ def activate() -> bool:
         previous(kind, e, tb)
 
     sys.excepthook = excepthook
+    _terminating[:] = [os.getpid()]
+    signal.signal(signal.SIGTERM, _on_sigterm)
     # Registered first, so it runs after the script's own exit handlers.
     atexit.register(_end, rec, tracer, watch, save)
     return True

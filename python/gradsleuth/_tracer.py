@@ -998,6 +998,11 @@ class Tracer:
             self._tensor(p, self.key(p), f"{qual}.{pname}", TensorKind.CONTAINER, owner, f"{label}.{pname}", hook)
 
     def _attribute_tensor(self, t, mkey, qual, attr, hook):
+        base = t._base
+        if base is not None and (id(base) in self._registered_ids or getattr(base, "_is_flat_param", False)):
+            # A view of a registered parameter (FSDP1's original parameters): asked for its
+            # `grad_fn` (`is_leaf` is) after FSDP rewrote the flat parameter in place, it raises.
+            return
         if t.is_leaf:
             self._tensor(t, self.key(t), qual, TensorKind.ATTRIBUTE, mkey, attr, hook)
             return

@@ -54,6 +54,35 @@ def _local(t):
     return getattr(t, "_local_tensor", t)
 
 
+def _pieces(p, name):
+    """What a watched optimizer parameter is measured as: (name, span) pairs, `span` the
+    stretch of its local storage, None for all of it. An FSDP1 flat parameter (without
+    `use_orig_params`) holds a unit's parameters end to end: each one this rank holds elements
+    of is measured on its stretch, named as the model names it (`unit.fqn`); none on this rank
+    are not measured here."""
+    fqns, infos = getattr(p, "_fqns", None), getattr(p, "_shard_param_infos", None)
+    if not getattr(p, "_is_flat_param", False) or fqns is None or infos is None:
+        return [(name, None)]
+    unit = name[: -len("_flat_param")].rstrip(".") if name.endswith("_flat_param") else name
+    dot = "." if unit and not unit.endswith(":") else ""  # `0:` prefixes the first of several models
+    return [
+        (f"{unit}{dot}{fqn}", (info.offset_in_shard, info.numel_in_shard))
+        for fqn, info in zip(fqns, infos)
+        if info.in_shard and info.numel_in_shard
+    ]
+
+
+def _sharded(p) -> bool:
+    """A parameter FSDP shards: an FSDP2 DTensor, an FSDP1 flat parameter or a view of one."""
+    return hasattr(p, "_local_tensor") or getattr(p, "_is_flat_param", False) or getattr(p, "_fsdp_flattened", False)
+
+
+def _piece(t, span):
+    """A parameter's (or its gradient's) local values, or the stretch `span` of them."""
+    t = _local(t)
+    return t if span is None else t.narrow(0, *span)
+
+
 def _stats(t) -> dict:
     t = _local(t).detach()
     d: dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
@@ -598,18 +627,20 @@ class Watch:
             for n, p in m.named_parameters():
                 names.setdefault(id(p), prefix + strip(n))
             self._hook_model(m)
-        params = [p for g in opt.param_groups for p in g["params"]]
-        labels = []
-        for j, p in enumerate(params):
+        params, spans, labels = [], [], []
+        for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             n = names.get(id(p), f"{type(opt).__name__}.param{j}")
-            labels.append((n, n.rpartition(".")[0]))
+            for name, span in _pieces(p, n):
+                params.append(p)
+                spans.append(span)
+                labels.append((name, name.rpartition(".")[0]))
         w = self._Watcher(labels, self._thresholds)
         if self._log_dir and not self._watchers:  # the first optimizer's numbers go to TensorBoard
             try:
                 w.tensorboard(self._log_dir)
             except OSError as e:
                 print(f"gradsleuth watch: {e}", file=sys.stderr)
-        entry = (w, params, [x[0] for x in labels])
+        entry = (w, params, [x[0] for x in labels], spans)
         self._watchers[id(opt)] = entry
         self._opt_refs[id(opt)] = weakref.ref(opt)
         return entry
@@ -650,7 +681,7 @@ class Watch:
         way to the host, the weights are copied for a sampled update ratio."""
         try:
             self._reads.ready()  # what the device has finished since, in step order
-            w, params, names = self._watcher_for(opt)
+            w, params, names, spans = self._watcher_for(opt)
             self._stepped.add(id(opt))
             n = self._counts[id(opt)] = self._counts.get(id(opt), 0) + 1
             with own_ops():  # the reductions are gradsleuth's, not ops of the user's modes
@@ -658,14 +689,16 @@ class Watch:
                 for i, p in enumerate(params):
                     if p.grad is not None:
                         idx.append(i)
-                        grads.append(_local(p.grad))
+                        grads.append(_piece(p.grad, spans[i]))
                 values = _stacked(torch._foreach_norm(grads)) if grads else None
             # (on the CPU the values are read now: a NaN is localized inside `put`, by a
             # replay under modes that must see the ops)
             self._reads.put(values, lambda host, late: self._grads_read(opt, w, params, names, idx, host, late))
             if n % w.update_every == 0:
                 with own_ops():
-                    self._before[id(opt)] = self._copy_before(id(opt), [_local(p).detach() for p in params])
+                    self._before[id(opt)] = self._copy_before(
+                        id(opt), [_piece(p, s).detach() for p, s in zip(params, spans)]
+                    )
             if self._late_nan is not None:
                 self._late_localize()
             self._show_status(w)
@@ -700,8 +733,8 @@ class Watch:
         opt, first, w, bad, step = self._late_nan
         self._late_nan = None
         self._reads.ready(wait=True)
-        _, params, names = self._watchers[id(opt)]
-        broken = [names[i] for i, p in enumerate(params) if not _finite(p)]
+        _, params, names, spans = self._watchers[id(opt)]
+        broken = [names[i] for i, p in enumerate(params) if not _finite(_piece(p, spans[i]))]
         if broken:
             how = "weights"
         elif self._nonfinite.get(id(opt)):
@@ -730,9 +763,9 @@ class Watch:
         if before is None or self.closed:
             return
         try:
-            w, params, _ = self._watchers[id(opt)]
+            w, params, _, spans = self._watchers[id(opt)]
             with own_ops():
-                after = [_local(p).detach() for p in params]
+                after = [_piece(p, s).detach() for p, s in zip(params, spans)]
                 torch._foreach_sub_(before, after)  # in place: the buffers now hold -update
                 values = _stacked(torch._foreach_norm(before + after))
             self._reads.put(values, lambda host, _late: _read_updates(w, host))
@@ -874,8 +907,9 @@ class Watch:
             trace["notes"].append(late_recurs_note(late_from))
         t0 = time.perf_counter()
         try:
-            self._replay(opt, trace, nan_params)
-            if not (trace.get("backward_at") or trace.get("forward_at")):
+            if self._replay(opt, trace, nan_params) is not False and not (
+                trace.get("backward_at") or trace.get("forward_at")
+            ):
                 # Nothing in the re-run model made it (the step ran the model several times,
                 # or not at all): a singular op of the step's loss computation, if it met its
                 # condition, did.
@@ -904,6 +938,13 @@ class Watch:
         if model is None:
             trace["notes"].append("no watched model owns these parameters (pass the model to watch())")
             return
+        if any(_sharded(p) for p in model.parameters()):
+            # A NaN can reach some ranks' shards only: the all-gathers of a re-run on those
+            # ranks alone would wait forever, and its forward leaves the parameters unsharded.
+            trace["notes"].append(
+                "not re-run: the model is sharded (FSDP), and a re-run on one rank would run its collectives alone"
+            )
+            return False  # nor is the loss computation blamed: the model's output was not checked
         if st.get("outs") is None or len(st["grads"]) < (st["outs"] or 0) or not st["grads"]:
             trace["notes"].append("the model's output got no gradient this step")
             return

@@ -20,6 +20,9 @@ class Block(nn.Module):
         h = self.norm(x)
         if self.cut:
             h = h.detach()  # the bug `--cut` plants: the norms never learn
+        self.calls = getattr(self, "calls", 0) + 1
+        if "--nan" in sys.argv and self.calls == 2:
+            h = torch.sqrt(h - 10)  # `--nan` plants a NaN in the second step's forward
         return x + self.ff(h)
 
 

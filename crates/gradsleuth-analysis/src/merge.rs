@@ -241,7 +241,14 @@ impl Merger {
         }
         for f in d.findings {
             let loc = f.location.as_ref();
-            let mut params = f.params.clone();
+            // A NaN gradient is one event however many parameters each rank saw it in: a
+            // sharded model's ranks each measure the parameters they hold elements of.
+            let per_event = f.code == "GS140";
+            let mut params = if per_event {
+                f.steps.iter().map(|s| format!("step {s}")).collect()
+            } else {
+                f.params.clone()
+            };
             params.sort();
             let key = (
                 f.code.clone(),
@@ -252,6 +259,17 @@ impl Merger {
             match self.findings.get_mut(&key) {
                 Some(entry) => {
                     entry.1.insert(rank);
+                    if per_event {
+                        let had = entry.0.params.len();
+                        for p in &f.params {
+                            if !entry.0.params.contains(p) {
+                                entry.0.params.push(p.clone());
+                            }
+                        }
+                        let count = format!("({had} parameter(s);");
+                        let now = format!("({} parameter(s);", entry.0.params.len());
+                        entry.0.message = entry.0.message.replacen(&count, &now, 1);
+                    }
                 }
                 None => {
                     self.findings.insert(key, (f, BTreeSet::from([rank])));
@@ -631,7 +649,9 @@ fn phase_order(phase: &str) -> u32 {
     }
 }
 
-fn phase_text(phase: Option<&(u32, String)>) -> String {
+/// Where a process was last seen: "after the optimizer step of step 2", "in the backward of
+/// step 3", "before its first step".
+pub fn phase_text(phase: Option<&(u32, String)>) -> String {
     match phase {
         Some((step, p)) if p == "done" => format!("after the {step} observed step(s)"),
         Some((step, p)) if p == "step" => format!("after the optimizer step of step {step}"),

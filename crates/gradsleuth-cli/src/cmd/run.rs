@@ -265,16 +265,36 @@ pub fn run(args: RunArgs) -> Result<i32, CliError> {
             c
         }
     };
-    if timed_out && capture.error.is_none() {
+    let stopped = capture
+        .error
+        .as_ref()
+        .is_none_or(|e| e.kind == "Terminated");
+    if timed_out && stopped {
+        // The script's SIGTERM handler saved where it was when the timeout stopped it.
+        let at = capture
+            .error
+            .take()
+            .and_then(|e| e.location)
+            .map(|l| {
+                let line = l.snippet.as_deref().map(str::trim).unwrap_or_default();
+                format!(", at {}:{} `{line}`", l.file, l.line)
+            })
+            .unwrap_or_default();
         capture.error = Some(ScriptError {
             kind: "Timeout".into(),
             message: format!(
-                "gradsleuth ended the script after --timeout {}s{}",
+                "gradsleuth ended the script after --timeout {}s{}{at}",
                 args.timeout.unwrap_or_default(),
                 capture
                     .progress
                     .as_ref()
-                    .map(|p| format!("; last seen in {} of step {}", p.phase, p.step))
+                    .map(|p| format!(
+                        "; last seen {}",
+                        gradsleuth_analysis::merge::phase_text(Some(&(
+                            p.step,
+                            p.phase.to_string()
+                        )))
+                    ))
                     .unwrap_or_default()
             ),
             location: None,

@@ -62,16 +62,27 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
-/// SIGTERM to the whole tree, then SIGKILL to what is left after `grace`.
+/// SIGTERM from the top down, then SIGKILL to what is left after `grace`. The root first: a
+/// launcher forwards the signal to its workers, and a script saves its capture while the
+/// processes it started still run (ended first, a DataLoader worker makes the script raise
+/// "worker killed" where it would have saved). The rest of the tree once the root has ended,
+/// or after half the grace.
 pub fn kill_tree(root: u32, grace: Duration) {
     let mut pids = tree(root);
-    for &p in &pids {
-        signal(p, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
+    signal(root, libc::SIGTERM);
+    let start = Instant::now();
+    let mut rest_signalled = false;
+    while start.elapsed() < grace {
         // Late children (a worker forking as it dies) join the set.
         pids.extend(tree(root));
+        if !rest_signalled && (!alive(root) || start.elapsed() >= grace / 2) {
+            rest_signalled = true;
+            for &p in &pids {
+                if p != root && alive(p) {
+                    signal(p, libc::SIGTERM);
+                }
+            }
+        }
         if pids.iter().all(|&p| !alive(p)) {
             return;
         }

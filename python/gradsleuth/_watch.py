@@ -73,8 +73,14 @@ def _pieces(p, name):
 
 
 def _sharded(p) -> bool:
-    """A parameter FSDP shards: an FSDP2 DTensor, an FSDP1 flat parameter or a view of one."""
-    return hasattr(p, "_local_tensor") or getattr(p, "_is_flat_param", False) or getattr(p, "_fsdp_flattened", False)
+    """A parameter whose forward gathers it from other ranks: an FSDP2 DTensor, an FSDP1 flat
+    parameter or a view of one, a DeepSpeed ZeRO-3 partitioned parameter."""
+    return (
+        hasattr(p, "_local_tensor")
+        or getattr(p, "_is_flat_param", False)
+        or getattr(p, "_fsdp_flattened", False)
+        or hasattr(p, "ds_tensor")
+    )
 
 
 def _piece(t, span):

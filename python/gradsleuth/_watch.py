@@ -948,7 +948,8 @@ class Watch:
             # A NaN can reach some ranks' shards only: the all-gathers of a re-run on those
             # ranks alone would wait forever, and its forward leaves the parameters unsharded.
             trace["notes"].append(
-                "not re-run: the model is sharded (FSDP, ZeRO-3), and a re-run on one rank would run its collectives alone"
+                "not re-run: the model is sharded (FSDP, ZeRO-3), and a re-run on one rank would run"
+                " its collectives alone"
             )
             return False  # nor is the loss computation blamed: the model's output was not checked
         if st.get("outs") is None or len(st["grads"]) < (st["outs"] or 0) or not st["grads"]:

@@ -183,37 +183,21 @@ fn watch_rows(w: &gradsleuth_model::capture::WatchRec) -> Vec<gradsleuth_model::
 /// The findings that explain the script's exception, by what the message says.
 pub(crate) fn explaining(findings: &[Finding], message: &str) -> Vec<String> {
     use gradsleuth_model::Category as C;
-    let wanted: &[C] = if message.contains("backward through the graph a second time") {
-        &[C::StaleTensor]
+    let cut_or = |more: &[C]| -> Vec<C> { C::CUTS.iter().chain(more).copied().collect() };
+    let wanted: Vec<C> = if message.contains("backward through the graph a second time") {
+        vec![C::StaleTensor]
     } else if message.contains("modified by an inplace operation") {
-        &[C::InplaceSaved]
+        vec![C::InplaceSaved]
     } else if message.contains("leaf Variable that requires grad") {
-        &[C::InplaceLeaf]
+        vec![C::InplaceLeaf]
     } else if message.contains("does not require grad and does not have a grad_fn") {
-        &[
-            C::Detach,
-            C::DataAttr,
-            C::NoGrad,
-            C::Rewrap,
-            C::NumpyRoundtrip,
-            C::NonDifferentiable,
-            C::Frozen,
-        ]
+        cut_or(&[C::Frozen])
     } else if message.contains("Expected to have finished reduction") {
         // DDP waited for gradients of parameters that took no part in the loss: whatever cut
         // them off, left their module unused, or ran it on some ranks only.
-        &[
-            C::RankDivergence,
-            C::Unused,
-            C::Detach,
-            C::DataAttr,
-            C::NoGrad,
-            C::Rewrap,
-            C::NumpyRoundtrip,
-            C::NonDifferentiable,
-        ]
+        cut_or(&[C::RankDivergence, C::Unused])
     } else {
-        &[]
+        Vec::new()
     };
     findings
         .iter()

@@ -70,6 +70,16 @@ impl std::fmt::Display for Category {
 }
 
 impl Category {
+    /// The ways a value leaves autograd: what cuts the parameters behind it off the loss.
+    pub const CUTS: &'static [Category] = &[
+        Category::Detach,
+        Category::DataAttr,
+        Category::NoGrad,
+        Category::Rewrap,
+        Category::NumpyRoundtrip,
+        Category::NonDifferentiable,
+    ];
+
     /// The schema name, e.g. `non_leaf_param`.
     pub fn as_str(self) -> String {
         serde_json::to_value(self)

@@ -437,13 +437,7 @@ impl Monitor {
     /// armed them.
     pub fn add_deep(&mut self, report: &gradsleuth_model::Report, kind: &str, step: u64) {
         use gradsleuth_model::{Category as C, Severity};
-        const CUTS: &[C] = &[
-            C::Detach,
-            C::DataAttr,
-            C::NoGrad,
-            C::Rewrap,
-            C::NumpyRoundtrip,
-            C::NonDifferentiable,
+        const ZEROS: &[C] = &[
             C::DeadPath,
             C::GradClip,
             C::GradHook,
@@ -452,7 +446,8 @@ impl Monitor {
             C::Unused,
         ];
         for f in &report.findings {
-            if f.severity >= Severity::Warning && CUTS.contains(&f.category) {
+            let about = C::CUTS.contains(&f.category) || ZEROS.contains(&f.category);
+            if f.severity >= Severity::Warning && about {
                 let mut f = f.clone();
                 f.message = format!(
                     "(op-level step armed by `{kind}` at step {step}) {}",

@@ -204,6 +204,7 @@ class Tracer:
         self._root_names: dict[int, str] = {}
         self._known_modules: set[int] = set()
         self._hooked: set[int] = set()
+        self._free_names: dict[int, str] = {}  # optimizer tensors, by the names the script binds
         self._depth = 0
         self._root_call = 0
         self._last_call: dict[int, int] = {}
@@ -1123,6 +1124,7 @@ class Tracer:
                     okey = tracer.key(self)
                     tracer._optimizers[okey] = weakref.ref(self)
                     tracer._opt_sites[okey] = site_of(sys._getframe(1))
+                    tracer._free_tensors(self, sys._getframe(1))
                 except Exception as e:  # noqa: BLE001
                     tracer.rec.note(f"optimizer init: {e}")
 
@@ -1133,6 +1135,34 @@ class Tracer:
         self._optimizers[okey] = weakref.ref(opt)
         self._opt_sites[okey] = site_of(frame) if frame is not None else (None, None, None)
         self._register_optimizer(opt, okey)
+
+    def _free_tensors(self, opt, frame):
+        """An optimizer's tensors are watched for a gradient from its creation on: one on no
+        model is a parameter of the script itself (`w = torch.randn(..., requires_grad=True)`,
+        torch.func's stacked ensemble), judged as any parameter once the step shows it used.
+        Named by the global (or the entry of a global dict, list or tuple) the creating code
+        binds it to."""
+        names = _global_names(user_frame(frame))
+        rec = self.rec
+        for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
+            pkey = self.key(p)
+            self._free_names.setdefault(pkey, names.get(id(p)) or f"{type(opt).__name__}.param{j}")
+            if pkey in self._hooked or not (p.requires_grad and p.is_leaf):
+                continue
+            self._hooked.add(pkey)
+
+            def reached(_t, _key=pkey):
+                rec.reached(_key)
+
+            try:
+                self._handles.append(p.register_post_accumulate_grad_hook(reached))
+            except RuntimeError as e:
+                self.rec.note(f"cannot hook an optimizer tensor: {e}")
+        free = any(not isinstance(p, nn.Parameter) for g in opt.param_groups for p in g["params"])
+        if free and self._deep and self._mode is None and self._oplog is None:
+            # Tensors of no module may be used by no module's forward (the op-level step starts
+            # at a model's call otherwise): it starts now, so an op cutting them off is seen.
+            self._enter_op_mode()
 
     def _register_optimizer(self, opt, okey):
         params, lrs = [], []
@@ -1148,7 +1178,7 @@ class Tracer:
             if not self.rec.has_tensor(pkey):
                 self.rec.tensor(
                     key=pkey,
-                    name="<optimizer tensor>",
+                    name=self._free_names.get(pkey, "<optimizer tensor>"),
                     kind=TensorKind.FOREIGN,
                     module=None,
                     attr="",
@@ -1635,6 +1665,28 @@ def _trains_itself(module) -> bool:
     """A LightningModule (by its protocol: `training_step` and `configure_optimizers`)."""
     cls = type(module)
     return callable(getattr(cls, "training_step", None)) and callable(getattr(cls, "configure_optimizers", None))
+
+
+def _global_names(frame) -> dict[int, str]:
+    """id -> name of the tensors the frame's globals bind, directly or as an entry of a dict,
+    list or tuple (`params.0.weight`). Locals are not read (see `_variable_name`)."""
+    out: dict[int, str] = {}
+    if frame is None:
+        return out
+    try:
+        for name, value in list(frame.f_globals.items()):
+            if name.startswith("_"):
+                continue
+            if isinstance(value, torch.Tensor):
+                out.setdefault(id(value), name)
+            elif isinstance(value, (dict, list, tuple)) and len(value) <= 10000:
+                items = value.items() if isinstance(value, dict) else enumerate(value)
+                for k, v in items:
+                    if isinstance(v, torch.Tensor):
+                        out.setdefault(id(v), f"{name}.{k}")
+    except Exception:  # noqa: BLE001 - naming must never break the user's script
+        pass
+    return out
 
 
 def _variable_name(module, frame):

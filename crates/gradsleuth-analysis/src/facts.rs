@@ -155,6 +155,12 @@ impl Facts {
                 .and_then(|steps| steps.last())
                 .and_then(|s| s.weight_before.iter().find(|(k, _)| *k == t.key))
                 .map(|(_, n)| *n);
+            // A tensor on no model that an optimizer holds is a parameter of the script itself
+            // once the run shows it used: reached by a backward, moved, or cut off by an op.
+            let cut = capture.cuts.iter().any(|c| c.params.contains(&t.key));
+            let free = t.kind == TensorKind::Foreign
+                && !t.name.starts_with('<')
+                && (!reached_in.is_empty() || changed || cut);
             let mut f = TensorFacts {
                 key: t.key,
                 optimizers,
@@ -164,10 +170,9 @@ impl Facts {
                 changed,
                 weight_norm,
                 status: ParamStatus::GradNone,
-                visible: visible(t) && !t.module.is_some_and(|m| uncalled.contains(&m)),
+                visible: (visible(t) || free) && !t.module.is_some_and(|m| uncalled.contains(&m)),
             };
-            let cut_off =
-                t.local_numel == Some(0) && capture.cuts.iter().any(|c| c.params.contains(&t.key));
+            let cut_off = t.local_numel == Some(0) && cut;
             f.status = status(t, &f, any_optimizer_step, cut_off);
             order.push(t.key);
             recs.insert(t.key, t.clone());

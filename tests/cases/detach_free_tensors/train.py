@@ -1,0 +1,22 @@
+"""Logistic regression on plain tensors, no nn.Module: the weights are detached in the
+scoring helper (left from an evaluation path), so only the bias learns."""
+import torch
+
+w = torch.zeros(5, 1, requires_grad=True)
+b = torch.zeros(1, requires_grad=True)
+opt = torch.optim.SGD([w, b], lr=0.5)
+
+
+def score(x):
+    return x @ w.detach() + b
+
+
+true_w = torch.tensor([[1.0], [-2.0], [0.5], [0.0], [3.0]])
+for step in range(20):
+    x = torch.randn(64, 5)
+    y = (x @ true_w > 0).float()
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(score(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("loss", loss.item())

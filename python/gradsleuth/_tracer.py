@@ -1158,10 +1158,12 @@ class Tracer:
                 self._handles.append(p.register_post_accumulate_grad_hook(reached))
             except RuntimeError as e:
                 self.rec.note(f"cannot hook an optimizer tensor: {e}")
-        free = any(not isinstance(p, nn.Parameter) for g in opt.param_groups for p in g["params"])
-        if free and self._deep and self._mode is None and self._oplog is None:
-            # Tensors of no module may be used by no module's forward (the op-level step starts
-            # at a model's call otherwise): it starts now, so an op cutting them off is seen.
+        own = any(id(p) in names and not isinstance(p, nn.Parameter) for g in opt.param_groups for p in g["params"])
+        if own and self._deep and self._mode is None and self._oplog is None:
+            # The script's own tensors, of no module, may be used by no module's forward (the
+            # op-level step starts at a model's call otherwise): it starts now, so an op cutting
+            # them off is seen. (A library's internal copies, bound by no name of the script,
+            # do not start it.)
             self._enter_op_mode()
 
     def _register_optimizer(self, opt, okey):

@@ -168,7 +168,7 @@ def _fingerprint(namespace) -> str:
     seen = set()
 
     def add(t):
-        if id(t) not in seen:
+        if id(t) not in seen and not t.is_meta:  # a meta tensor (a torch.func template) has no values
             seen.add(id(t))
             h.update(t.detach().contiguous().cpu().numpy().tobytes())
 

@@ -1059,17 +1059,23 @@ class Tracer:
             # (no elements when its values live on other ranks)
             self._sharded = True
             self.rec.tensor_shard(tkey, t.numel())
-        if hook and t.requires_grad and t.is_leaf and tkey not in self._hooked:
-            self._hooked.add(tkey)
-            rec = self.rec
+        if hook:
+            self._hook_reached(t, tkey, name)
 
-            def reached(_t, _key=tkey):
-                rec.reached(_key)
+    def _hook_reached(self, t, tkey, name):
+        """Marks the tensor reached when a backward accumulates its gradient (once per tensor)."""
+        if not (t.requires_grad and t.is_leaf) or tkey in self._hooked:
+            return
+        self._hooked.add(tkey)
+        rec = self.rec
 
-            try:
-                self._handles.append(t.register_post_accumulate_grad_hook(reached))
-            except RuntimeError as e:
-                self.rec.note(f"cannot hook {name}: {e}")
+        def reached(_t, _key=tkey):
+            rec.reached(_key)
+
+        try:
+            self._handles.append(t.register_post_accumulate_grad_hook(reached))
+        except RuntimeError as e:
+            self.rec.note(f"cannot hook {name}: {e}")
 
     def _final_scan(self):
         roots = [(k, r()) for k, r in self._roots.items()]
@@ -1143,21 +1149,10 @@ class Tracer:
         Named by the global (or the entry of a global dict, list or tuple) the creating code
         binds it to."""
         names = _global_names(user_frame(frame))
-        rec = self.rec
         for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             pkey = self.key(p)
-            self._free_names.setdefault(pkey, names.get(id(p)) or f"{type(opt).__name__}.param{j}")
-            if pkey in self._hooked or not (p.requires_grad and p.is_leaf):
-                continue
-            self._hooked.add(pkey)
-
-            def reached(_t, _key=pkey):
-                rec.reached(_key)
-
-            try:
-                self._handles.append(p.register_post_accumulate_grad_hook(reached))
-            except RuntimeError as e:
-                self.rec.note(f"cannot hook an optimizer tensor: {e}")
+            name = self._free_names.setdefault(pkey, names.get(id(p)) or f"{type(opt).__name__}.param{j}")
+            self._hook_reached(p, pkey, name)
         own = any(id(p) in names and not isinstance(p, nn.Parameter) for g in opt.param_groups for p in g["params"])
         if own and self._deep and self._mode is None and self._oplog is None:
             # The script's own tensors, of no module, may be used by no module's forward (the

@@ -49,6 +49,8 @@ const PLAIN_CALLS: &[&str] = &[
     "sorted",
     "time",
     "perf_counter",
+    // torch.func's ensemble state: new leaf tensors (stacked copies), no graph behind them.
+    "stack_module_state",
 ];
 /// Namespaces whose functions compute on data, not through a model's parameters.
 const DATA_MODULES: &[&str] = &[
@@ -485,6 +487,7 @@ mod tests {
             "teacher.requires_grad_(False)\ntargets = teacher(x)\nfor step in range(3):\n    loss = mse(student(x), targets)\n    loss.backward()\n",
             "scale = torch.tensor(2.0)\nfor step in range(3):\n    loss = model(x).sum() * scale\n    loss.backward()\n",
             "model = models.resnet18(num_classes=10)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor b in data:\n    loss = compute_loss(model, b)\n    loss.backward()\n",
+            "params, buffers = stack_module_state(members)\nfor x in data:\n    loss = vmap(one, in_dims=(0, 0, None))(params, buffers, x).sum()\n    loss.backward()\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));

@@ -66,26 +66,44 @@ class _Terminated(BaseException):
     """SIGTERM, raised in the main thread so the capture is saved."""
 
 
-# [the pid of the process that installed the handler, then the signal once one came]
-_terminating: list[int] = []
+# The process that installed the SIGTERM handler, and whether the signal came already.
+_handler_pid: list[int] = []
+_signalled: list[int] = []
+
+
+def _install_sigterm():
+    _handler_pid[:] = [os.getpid()]
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signum, _frame):
-    if _terminating and _terminating[0] != os.getpid():
+    if _handler_pid and _handler_pid[0] != os.getpid():
         # A forked child (a DataLoader worker, a multiprocessing pool's) inherited the
         # handler: it ends as it would without gradsleuth.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
-    if len(_terminating) > 1:
+    if _signalled:
         # Once: a timeout signals the whole process tree and a launcher forwards the signal to
         # its ranks too. A second one, raised while the first unwinds (in a `finally`, a
         # context manager's exit), would replace where the script was stuck by where it was
         # cleaning up.
         return
-    _terminating.append(signum)
+    _signalled.append(signum)
     who = " (the launcher stopped this rank)" if "RANK" in os.environ else ""
     raise _Terminated(f"terminated by signal {signum}{who}")
+
+
+def _exit_terminated(e, rec, tracer, watch, save):
+    """The script was stopped by SIGTERM: recorded and saved at once (the launcher kills what
+    is still running a few seconds after its SIGTERM, and on a loaded machine finishing the
+    tracer can take longer than that), then saved complete, and the process ends as SIGTERM
+    ends one, while the exception still holds the script's frames: no interpreter shutdown, no
+    finalizers (a DataLoader's would complain about the workers the signal also ended)."""
+    rec.set_error("Terminated", str(e), _error_site(e))
+    save()
+    _end(rec, tracer, watch, save)
+    os._exit(128 + signal.SIGTERM)
 
 
 def _finish(tracer):
@@ -124,8 +142,7 @@ def main(argv: list[str]) -> int:
     rec = _recorder(config, script or f"-m {module}", args, dist_env)
     # SIGTERM (the launcher stopping a rank, `--timeout`, a scheduler) raised in the main
     # thread: the capture is saved with where the script was.
-    _terminating[:] = [os.getpid()]
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    _install_sigterm()
 
     save = _saver(rec, capture_path)
     code_obj = None
@@ -183,15 +200,7 @@ def main(argv: list[str]) -> int:
         _finish(tracer)
         code = 130
     except _Terminated as e:
-        rec.set_error("Terminated", str(e), _error_site(e))
-        # Saved at once: the launcher kills what is still running a few seconds after its
-        # SIGTERM, and on a loaded machine finishing the tracer can take longer than that.
-        save()
-        _end(rec, tracer, watch, save)
-        # Ended as SIGTERM ends a process, while the exception still holds the script's frames:
-        # no interpreter shutdown, no finalizers (a DataLoader's would complain about the
-        # workers the signal also ended).
-        os._exit(128 + signal.SIGTERM)
+        _exit_terminated(e, rec, tracer, watch, save)
     except BaseException as e:  # noqa: BLE001 - the script's own exception, reported as Python would
         _print_exception(e)
         record_error(rec, e)
@@ -385,10 +394,7 @@ def activate() -> bool:
 
     def excepthook(kind, e, tb):
         if isinstance(e, _Terminated):
-            rec.set_error("Terminated", str(e), _error_site(e))
-            save()
-            _end(rec, tracer, watch, save)
-            os._exit(128 + signal.SIGTERM)  # as SIGTERM ends a process (see `main`)
+            _exit_terminated(e, rec, tracer, watch, save)
         try:
             record_error(rec, e)
             # While the traceback (and so the frames holding the model) is alive.
@@ -398,8 +404,7 @@ def activate() -> bool:
         previous(kind, e, tb)
 
     sys.excepthook = excepthook
-    _terminating[:] = [os.getpid()]
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    _install_sigterm()
     # Registered first, so it runs after the script's own exit handlers.
     atexit.register(_end, rec, tracer, watch, save)
     return True

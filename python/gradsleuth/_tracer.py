@@ -913,9 +913,7 @@ class Tracer:
         of its gradient; one not on this rank has no elements here. The flat parameter itself
         is storage. A part has no object: its key stands for its address (see `_stand_ins`)."""
         parts = []
-        for i, (fqn, (attr, module, _), shape, shard) in enumerate(
-            zip(flat._fqns, flat._param_infos, flat._shapes, flat._shard_param_infos)
-        ):
+        for i, (fqn, attr, module, shape, offset, numel) in enumerate(flat_parts(flat)):
             pk = self._part_keys.get((fkey, i))
             if pk is None:
                 self._next_key += 1
@@ -934,9 +932,9 @@ class Tracer:
                 is_leaf=True,
                 is_parameter=True,
             )
-            self.rec.tensor_shard(pk, shard.numel_in_shard if shard.in_shard else 0)
+            self.rec.tensor_shard(pk, numel)
             self._part_at.setdefault(mkey, {})[attr] = pk
-            parts.append((pk, shard.offset_in_shard if shard.in_shard else None, shard.numel_in_shard or 0))
+            parts.append((pk, offset, numel))
         self._parts[fkey] = parts
         self._sharded = True
 
@@ -1149,11 +1147,12 @@ class Tracer:
         Named by the global (or the entry of a global dict, list or tuple) the creating code
         binds it to."""
         names = _global_names(user_frame(frame))
+        own = False
         for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             pkey = self.key(p)
             name = self._free_names.setdefault(pkey, names.get(id(p)) or f"{type(opt).__name__}.param{j}")
             self._hook_reached(p, pkey, name)
-        own = any(id(p) in names and not isinstance(p, nn.Parameter) for g in opt.param_groups for p in g["params"])
+            own = own or (id(p) in names and not isinstance(p, nn.Parameter))
         if own and self._deep and self._mode is None and self._oplog is None:
             # The script's own tensors, of no module, may be used by no module's forward (the
             # op-level step starts at a model's call otherwise): it starts now, so an op cutting
@@ -1600,6 +1599,18 @@ def _materializing(frame) -> bool:
 
 def _dtype(t) -> str:
     return str(t.dtype).replace("torch.", "")
+
+
+def flat_parts(flat):
+    """The parameters an FSDP1 flat parameter holds end to end, in order: (fqn, attr, module,
+    shape, offset, numel) with their stretch of this rank's shard (offset None and numel 0 when
+    the shard holds none of it)."""
+    layout = zip(flat._fqns, flat._param_infos, flat._shapes, flat._shard_param_infos)
+    for fqn, (attr, module, _), shape, shard in layout:
+        if shard.in_shard:
+            yield fqn, attr, module, shape, shard.offset_in_shard, shard.numel_in_shard or 0
+        else:
+            yield fqn, attr, module, shape, None, 0
 
 
 def _leaf_behind(t):

@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradsleuth import _versions
 from gradsleuth._core import graph_nodes, late_recurs_note, sequence_index, singular_condition, singular_reason, walk
-from gradsleuth._tracer import op_site_of, unwrapped_name
+from gradsleuth._tracer import flat_parts, op_site_of, unwrapped_name
 from gradsleuth._versions import own_ops
 
 
@@ -60,15 +60,14 @@ def _pieces(p, name):
     `use_orig_params`) holds a unit's parameters end to end: each one this rank holds elements
     of is measured on its stretch, named as the model names it (`unit.fqn`); none on this rank
     are not measured here."""
-    fqns, infos = getattr(p, "_fqns", None), getattr(p, "_shard_param_infos", None)
-    if not getattr(p, "_is_flat_param", False) or fqns is None or infos is None:
+    if not getattr(p, "_is_flat_param", False) or not hasattr(p, "_shard_param_infos"):
         return [(name, None)]
     unit = name[: -len("_flat_param")].rstrip(".") if name.endswith("_flat_param") else name
     dot = "." if unit and not unit.endswith(":") else ""  # `0:` prefixes the first of several models
     return [
-        (f"{unit}{dot}{fqn}", (info.offset_in_shard, info.numel_in_shard))
-        for fqn, info in zip(fqns, infos)
-        if info.in_shard and info.numel_in_shard
+        (f"{unit}{dot}{fqn}", (offset, numel))
+        for fqn, _, _, _, offset, numel in flat_parts(p)
+        if offset is not None and numel
     ]
 
 

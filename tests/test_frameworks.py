@@ -19,8 +19,8 @@ from conftest import BIN, report_of, run_gradsleuth, run_json
 HERE = Path(__file__).resolve().parent / "frameworks"
 
 
-def _run(tmp_path, script: Path):
-    proc, report = run_json(script.name, cwd=script.parent, tmp_path=tmp_path)
+def _run(tmp_path, script: Path, *args):
+    proc, report = run_json(script.name, *args, cwd=script.parent, tmp_path=tmp_path)
     assert report is not None, proc.stderr[-3000:]
     return report
 
@@ -458,14 +458,17 @@ def test_a_fresh_head_frozen_while_the_layers_below_train_is_a_warning_at_the_fr
     """Freezing judged by intent: a layer not loaded with the rest of the model's weights
     (torch's `load_state_dict`, transformers' `from_pretrained`) frozen by the user's filter or
     by PEFT while the layers below it train stays at random values: a warning at the line that
-    froze it. Frozen layers that were loaded stay deliberate freezing (info)."""
+    froze it. Frozen layers that were loaded stay deliberate freezing (info), whichever loader
+    wrote them (transformers' low-memory one creates new parameters without `load_state_dict`
+    before 4.51; `eval/compat.py` runs it there)."""
     cases = [
-        ("resnet_finetune_frozen_head.py", 20, ["fc.bias", "fc.weight"]),
-        ("bert_classifier_frozen_by_filter.py", 19, ["classifier.bias", "classifier.weight"]),
-        ("peft_classifier_not_saved.py", 17, ["classifier.bias", "classifier.weight"]),
+        ("resnet_finetune_frozen_head.py", (), 20, ["fc.bias", "fc.weight"]),
+        ("bert_classifier_frozen_by_filter.py", (), 19, ["classifier.bias", "classifier.weight"]),
+        ("bert_classifier_frozen_by_filter.py", ("--low-mem",), 19, ["classifier.bias", "classifier.weight"]),
+        ("peft_classifier_not_saved.py", (), 17, ["classifier.bias", "classifier.weight"]),
     ]
-    for script, line, params in cases:
-        report = _run(tmp_path, HERE / script)
+    for script, args, line, params in cases:
+        report = _run(tmp_path, HERE / script, *args)
         [f] = _loud(report)
         assert (f["severity"], f["code"]) == ("warning", "GS101"), f
         assert "not loaded with the rest of the model's weights" in f["message"], f["message"]
@@ -473,6 +476,9 @@ def test_a_fresh_head_frozen_while_the_layers_below_train_is_a_warning_at_the_fr
         assert (f["location"]["file"], f["location"]["line"]) == (script, line), f["location"]
         # The rest of the freeze was deliberate, and is told as such.
         assert any(g["severity"] == "info" and g["code"] == "GS101" for g in report["findings"])
-    for control in ("resnet_finetune_control.py", "peft_classifier_saved_control.py"):
-        report = _run(tmp_path, HERE / control)
-        assert not _loud(report), report["findings"]
+    # The same filter on a checkpoint that holds the classifier: deliberate freezing only.
+    controls = [("resnet_finetune_control.py",), ("peft_classifier_saved_control.py",)]
+    controls += [("bert_classifier_frozen_by_filter.py", "--full", *low) for low in ((), ("--low-mem",))]
+    for control, *args in controls:
+        report = _run(tmp_path, HERE / control, *args)
+        assert not _loud(report), (args, report["findings"])

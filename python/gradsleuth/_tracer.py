@@ -290,6 +290,7 @@ class Tracer:
         self._patch(nn.Module, "load_state_dict", lambda o: self._wrap_load(o, whole=True))
         self._patch(nn.Module, "_load_from_state_dict", lambda o: self._wrap_load(o, whole=False))
         self._watch_freezing()
+        self._watch_loader_writes()
         import multiprocessing.process
 
         self._patch(multiprocessing.process.BaseProcess, "start", self._wrap_process_start)
@@ -432,6 +433,28 @@ class Tracer:
         nn.Parameter.requires_grad_ = requires_grad_  # type: ignore[method-assign]
         self._unpatch.append(lambda: (delattr(nn.Parameter, "requires_grad"), delattr(nn.Parameter, "requires_grad_")))
 
+    def _watch_loader_writes(self):
+        """Parameters a known checkpoint loader creates with the checkpoint's values in them
+        (`_LOADERS`): `nn.Parameter.__new__` is wrapped until the observation ends, the
+        parameter returned is the one torch made."""
+        original = nn.Parameter.__dict__.get("__new__")
+        make = getattr(original, "__func__", original)
+        if make is None:
+            return
+        tracer = self
+
+        def new(cls, *args, **kwargs):
+            p = make(cls, *args, **kwargs)
+            if tracer.active and _loader(sys._getframe(1)) is True:
+                try:
+                    tracer.rec.loaded(tracer.key(p))
+                except Exception as e:  # noqa: BLE001 - never break the user's load
+                    tracer.rec.note(f"checkpoint load: {type(e).__name__}: {e}")
+            return p
+
+        nn.Parameter.__new__ = staticmethod(new)  # type: ignore[method-assign,assignment]
+        self._unpatch.append(lambda: setattr(nn.Parameter, "__new__", original))
+
     def _wrap_load(self, original, whole: bool):
         """Which parameters a checkpoint load writes: torch's `load_state_dict` and each
         module's `_load_from_state_dict` (which it, and transformers' older loader, call per
@@ -441,7 +464,7 @@ class Tracer:
 
         def load(module, state_dict, *args, **kwargs):
             out = original(module, state_dict, *args, **kwargs)
-            if tracer.active and not _materializing(sys._getframe(1)):
+            if tracer.active and _loader(sys._getframe(1)) is not False:
                 try:
                     if whole:  # `load_state_dict`: names relative to the module
                         params = module.named_parameters()
@@ -1580,21 +1603,24 @@ def _in_owner_init(t, frame) -> bool:
     return False
 
 
-# Loaders that give a model's missing keys storage through `load_state_dict` (empty values,
-# initialised afterwards): transformers 4.5x moves them off the meta device so.
-_MATERIALIZERS = frozenset({"_move_missing_keys_from_meta_to_cpu"})
+# Checkpoint loaders known by their function, and what their writes are: True, values from the
+# checkpoint (transformers before 4.51 writes them with accelerate's `set_module_tensor_to_device`,
+# a new `nn.Parameter` per key, and no `load_state_dict`); False, storage for the keys a
+# checkpoint lacks, initialised afterwards (transformers 4.5x gives it through `load_state_dict`).
+_LOADERS = {"_load_state_dict_into_meta_model": True, "_move_missing_keys_from_meta_to_cpu": False}
 
 
-def _materializing(frame) -> bool:
-    """A load (`load_state_dict`, or the `_load_from_state_dict` it calls) made, within six
-    frames, by a loader materialising missing keys: what it writes is not from a checkpoint."""
-    for _ in range(6):
+def _loader(frame):
+    """What the nearest known loader within eight frames writes (see `_LOADERS`), None when
+    no known loader is calling."""
+    for _ in range(8):
         if frame is None:
-            return False
-        if frame.f_code.co_name in _MATERIALIZERS:
-            return True
+            return None
+        said = _LOADERS.get(frame.f_code.co_name)
+        if said is not None:
+            return said
         frame = frame.f_back
-    return False
+    return None
 
 
 def _dtype(t) -> str:

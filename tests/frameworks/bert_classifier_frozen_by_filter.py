@@ -1,6 +1,7 @@
-"""Fine-tuning BERT for classification from a base checkpoint (`from_pretrained` on a folder
-holding a BertModel, as from the Hub: the classifier is newly initialised). A name filter meant
-to train only the last encoder layer also freezes the new classifier."""
+"""Fine-tuning BERT for classification from a base checkpoint (a BertModel: the classifier is newly
+initialised; `--full`: a checkpoint with the classifier; `--low-mem`: the low-memory loader). A name
+filter meant to train only the last encoder layer also freezes the new classifier."""
+import sys
 import tempfile
 
 import torch
@@ -9,11 +10,10 @@ from transformers.utils import logging
 
 logging.set_verbosity_error()
 torch.manual_seed(0)
-base = tempfile.mkdtemp()
-BertModel(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=32, max_position_embeddings=32)).save_pretrained(base)
-
-model = BertForSequenceClassification.from_pretrained(base, num_labels=3)
+base, saved = tempfile.mkdtemp(), BertForSequenceClassification if "--full" in sys.argv else BertModel
+saved(BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                 max_position_embeddings=32, num_labels=3)).save_pretrained(base)
+model = BertForSequenceClassification.from_pretrained(base, num_labels=3, low_cpu_mem_usage="--low-mem" in sys.argv)
 for name, p in model.named_parameters():
     if "encoder.layer.1." not in name:
         p.requires_grad = False

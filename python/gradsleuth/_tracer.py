@@ -910,7 +910,9 @@ class Tracer:
         # `params`, its original parameters as views of it) is the model's own, not hidden.
         self._registered_ids = {id(p) for p in root.parameters()}
         for pname, p in root.named_parameters():
-            if id(p) in skip_params:
+            if id(p) in skip_params or p.is_meta:
+                # No values to train: a template that `functional_call` runs on the tensors
+                # that train (recorded as the script's own).
                 continue
             tkey = self.key(p)
             if getattr(p, "_is_flat_param", False) and getattr(p, "_param_infos", None):

@@ -57,6 +57,8 @@ struct World {
     grad_enabled: bool,
     seq: u64,
     stack: Vec<Site>,
+    /// A function transform's wrapper -> the tensor it wraps (`vmap`'s batched tensors).
+    inner: HashMap<usize, usize>,
 }
 
 impl World {
@@ -88,6 +90,10 @@ impl World {
     /// The node an op's output hangs from for input `addr`: its grad_fn, or its leaf's
     /// `AccumulateGrad`.
     fn edge(&mut self, addr: usize) -> Option<u32> {
+        if let Some(inner) = self.inner.get(&addr) {
+            // A transform's wrapper: the gradient goes to what it wraps.
+            return self.edge(*inner);
+        }
         match self.obj(addr).clone() {
             Obj::Tensor {
                 requires_grad: true,
@@ -241,6 +247,10 @@ impl Host for Fake<'_> {
             shape: shape.clone(),
         }
     }
+
+    fn inner(&self, t: &usize) -> Option<usize> {
+        self.0.inner.get(t).copied()
+    }
 }
 
 #[derive(Deserialize)]
@@ -318,6 +328,12 @@ struct Step {
     /// The function is a short-lived object made for this call (a descriptor's bound
     /// `__get__`), at the address the last such object had.
     transient: bool,
+    /// `[tensor, wrapper]`: a function transform wraps the tensor (no op the mode sees; the
+    /// wrapper has the tensor's grad and node), as `vmap` does to its inputs.
+    wrap: Option<(String, String)>,
+    /// The op's output is a transform's wrapper around a new tensor named so: what the
+    /// transform hands back when it returns (`vmap`'s output).
+    inner: Option<String>,
 }
 
 /// A field that is present, even as `null`, is `Some`.
@@ -395,6 +411,12 @@ fn run_fixture(path: &Path) -> Value {
         }
         if let Some(f) = &step.free {
             names.remove(f);
+        }
+        if let Some((t, wrapper)) = &step.wrap {
+            let obj = w.obj(names[t]).clone();
+            let a = w.alloc(obj, None);
+            w.inner.insert(a, names[t]);
+            names.insert(wrapper.clone(), a);
         }
         if let Some((t, p)) = &step.stand_in {
             log.stand_in(&Fake(&mut w), &names[t], names[p]);
@@ -535,6 +557,12 @@ fn run_fixture(path: &Path) -> Value {
             k => panic!("out_kind {k}"),
         };
         names.insert(out_name, out);
+        if let Some(u) = &step.inner {
+            let obj = w.obj(out).clone();
+            let a = w.alloc(obj, None);
+            w.inner.insert(out, a);
+            names.insert(u.clone(), a);
+        }
         let call = Call {
             func,
             args,

@@ -30,6 +30,8 @@ struct Handles {
     sequence_nr: Py<PyAny>,
     /// `torch._C._FunctionBase`: a custom Function's node (see [`crate::graph::pin`]).
     function_base: Py<PyAny>,
+    /// `torch._C._functorch`'s `is_functorch_wrapped_tensor` and `get_unwrapped`.
+    functorch: Option<(Py<PyAny>, Py<PyAny>)>,
 }
 
 /// `gradsleuth_capture::Host` over live objects, for the length of one call from Python.
@@ -213,6 +215,15 @@ impl<'py> Host for PyHost<'py, '_> {
             shape,
         }
     }
+
+    fn inner(&self, t: &Self::Value) -> Option<Self::Value> {
+        let (wrapped, unwrap) = self.handles.functorch.as_ref()?;
+        let is = wrapped.bind(self.py).call1((t,)).ok()?.is_truthy().ok()?;
+        if !is {
+            return None;
+        }
+        unwrap.bind(self.py).call1((t,)).ok()
+    }
 }
 
 /// The op log of one deep step.
@@ -320,6 +331,10 @@ impl OpLog {
                     .getattr("_FunctionBase")
                     .unwrap_or_else(|_| py.None().into_bound(py))
                     .unbind(),
+                functorch: py.import("torch._C._functorch").ok().and_then(|f| {
+                    let wrapped = f.getattr("is_functorch_wrapped_tensor").ok()?;
+                    Some((wrapped.unbind(), f.getattr("get_unwrapped").ok()?.unbind()))
+                }),
             },
             frames: FrameWalker::new(skip_prefixes, library_prefixes),
             own_dir: py

@@ -38,6 +38,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
                     .get(*k)
                     .is_some_and(|f| !f.reached() && !f.grad_nonzero() && !f.changed)
             })
+            // An op used it and cut it off (`.detach()` of the script's own tensor): it is in
+            // use, and the cut is why no gradient comes.
+            .filter(|k| !ctx.capture.cuts.iter().any(|c| c.params.contains(k)))
             .collect();
         if stale.is_empty() {
             continue;
@@ -149,6 +152,25 @@ mod tests {
         }
         s.capture.weight_changes = vec![(30, true), (31, true)];
         assert!(s.run(&CHECK).is_empty());
+    }
+
+    #[test]
+    fn a_tensor_an_op_cut_off_is_in_use_not_stale() {
+        // The script's own stacked tensor, detached on its way into `vmap`: the cut is why it
+        // gets no gradient, and it is the cut that is reported.
+        let mut s = healthy(2);
+        s.capture.optimizers[0].params.push(30);
+        s.tensor(30, "params.0.weight", 1, TensorKind::Foreign);
+        s.capture.cuts.push(gradsleuth_model::capture::CutRec {
+            kind: gradsleuth_model::Category::Detach,
+            op: "Tensor.detach".into(),
+            params: vec![30],
+            step: 1,
+            ..Default::default()
+        });
+        assert!(s.run(&CHECK).is_empty());
+        s.capture.cuts.clear();
+        assert_eq!(s.run(&CHECK).len(), 1);
     }
 
     #[test]

@@ -99,6 +99,12 @@ pub trait Host: GraphSource<Id = usize, Node: Clone> {
     /// (`__qualname__` or `__name__`, the owner's `__name__` for descriptors) of a function.
     fn func_names(&self, f: &Self::Value) -> (String, Option<String>);
     fn inplace_target(&self, t: &Self::Value) -> InplaceTarget;
+    /// The tensor a function transform wraps one level down (`vmap`'s batched tensor holds
+    /// the tensor it was given, and the output it hands back is the one its last op wraps),
+    /// None for a plain tensor. The wrapping and unwrapping are no ops a mode sees.
+    fn inner(&self, _t: &Self::Value) -> Option<Self::Value> {
+        None
+    }
 }
 
 /// One op: `func(*args, **kwargs)` returned `out`.
@@ -213,6 +219,8 @@ pub struct OpLog<K, N> {
     pub errors: u64,
 }
 
+/// How many function transforms deep (`vmap` of `grad` of ...) a tensor is followed.
+const TRANSFORM_LEVELS: usize = 4;
 /// The related place of a cut made inside a reentrant checkpoint: where it was called.
 const CHECKPOINTED: &str =
     "reentrant checkpointing runs this forward without recording: none of its inputs requires grad";
@@ -600,17 +608,15 @@ impl<K, N> OpLog<K, N> {
         let mut needs_grad: Vec<H::Value> = Vec::new();
         for t in &inputs {
             let requires = h.requires_grad(t)?;
-            let a = h.addr(t);
-            if let Some((ts, keeper)) = self.taint.get(&a) {
-                if h.holds(keeper, t) {
-                    union(&mut taint, ts);
-                    if product && !requires {
-                        union(&mut constant, ts);
-                    }
-                    for &c in ts {
-                        if self.cuts[c as usize].outputs.contains(&a) && !has(&direct, &c) {
-                            direct.push(c);
-                        }
+            if let Some(at) = self.tainted(h, t) {
+                let ts = &self.taint[&at].0;
+                union(&mut taint, ts);
+                if product && !requires {
+                    union(&mut constant, ts);
+                }
+                for &c in ts {
+                    if self.cuts[c as usize].outputs.contains(&at) && !has(&direct, &c) {
+                        direct.push(c);
                     }
                 }
             }
@@ -827,6 +833,13 @@ impl<K, N> OpLog<K, N> {
                 self.taint.remove(&ptr);
             } else {
                 self.taint.insert(ptr, (taint.clone(), h.keep(o)));
+                // What a function transform hands back out of this wrapped output.
+                let mut inner = h.inner(o);
+                for _ in 0..TRANSFORM_LEVELS {
+                    let Some(u) = inner else { break };
+                    self.taint.insert(h.addr(&u), (taint.clone(), h.keep(&u)));
+                    inner = h.inner(&u);
+                }
             }
             if !input_ptrs.contains(&ptr) {
                 // A new tensor at this address: forget what the address meant before.
@@ -893,6 +906,28 @@ impl<K, N> OpLog<K, N> {
             }
         }
         Ok(())
+    }
+
+    /// The address of the taint entry `t` carries: its own, else (once a cut exists) that of
+    /// the tensor a function transform wrapped into it (`vmap` over a detached tensor).
+    fn tainted<H: Host<Keeper = K, Kept = N>>(&self, h: &H, t: &H::Value) -> Option<usize> {
+        let a = h.addr(t);
+        if self.taint.get(&a).is_some_and(|(_, k)| h.holds(k, t)) {
+            return Some(a);
+        }
+        if self.cuts.is_empty() {
+            return None;
+        }
+        let mut inner = h.inner(t);
+        for _ in 0..TRANSFORM_LEVELS {
+            let u = inner?;
+            let b = h.addr(&u);
+            if self.taint.get(&b).is_some_and(|(_, k)| h.holds(k, &u)) {
+                return Some(b);
+            }
+            inner = h.inner(&u);
+        }
+        None
     }
 
     /// A backward starts from `loss`: remember which cuts it depends on.

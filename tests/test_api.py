@@ -143,6 +143,32 @@ def test_tracer_keeps_no_tensor_or_module_alive():
     assert report_of(rec.report_json())["findings"]
 
 
+def test_naming_a_functions_own_tensors_keeps_none_of_its_locals_alive():
+    """The tensors an optimizer is built on inside a function (`main()`) are named by its
+    locals; reading them keeps nothing the function drops afterwards alive (before Python
+    3.13 the read leaves a snapshot of the locals on the frame)."""
+    tracer = Tracer(Recorder("diagnose", 2), 2).start()
+
+    def main():
+        w = torch.zeros(5, 1, requires_grad=True)
+        big = torch.zeros(1000)
+        opt = torch.optim.SGD([w], lr=0.1)
+        gone = weakref.ref(big)
+        del big
+        gc.collect()
+        alive = gone() is not None
+        for _ in range(2):
+            opt.zero_grad()
+            (torch.randn(3, 5) @ w.detach() + w.sum()).sum().backward()
+            opt.step()
+        return alive
+
+    try:
+        assert not main(), "a local the function dropped is still alive"
+    finally:
+        tracer.finish()
+
+
 def test_hooks_and_patches_are_all_removed():
     original_backward = torch.autograd.backward
     original_zero_grad = torch.optim.Optimizer.zero_grad

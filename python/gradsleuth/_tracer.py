@@ -1169,9 +1169,9 @@ class Tracer:
         """An optimizer's tensors are watched for a gradient from its creation on: one on no
         model is a parameter of the script itself (`w = torch.randn(..., requires_grad=True)`,
         torch.func's stacked ensemble), judged as any parameter once the step shows it used.
-        Named by the global (or the entry of a global dict, list or tuple) the creating code
-        binds it to."""
-        names = _global_names(user_frame(frame))
+        Named by the variable (or the entry of a dict, list or tuple) the creating code binds it
+        to."""
+        names = _bound_names(user_frame(frame))
         own = False
         for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             pkey = self.key(p)
@@ -1703,23 +1703,32 @@ def _trains_itself(module) -> bool:
     return callable(getattr(cls, "training_step", None)) and callable(getattr(cls, "configure_optimizers", None))
 
 
-def _global_names(frame) -> dict[int, str]:
-    """id -> name of the tensors the frame's globals bind, directly or as an entry of a dict,
-    list or tuple (`params.0.weight`). Locals are not read (see `_variable_name`)."""
+def _bound_names(frame) -> dict[int, str]:
+    """id -> name of the tensors the frame binds, directly or as an entry of a dict, list or
+    tuple (`params.0.weight`): its locals (a `main()` that builds its tensors and optimizer),
+    then its globals. Before Python 3.13 reading a function's locals leaves a snapshot of them
+    on the frame, which would keep a tensor the function later drops alive: it is emptied."""
     out: dict[int, str] = {}
     if frame is None:
         return out
     try:
-        for name, value in list(frame.f_globals.items()):
-            if name.startswith("_"):
-                continue
-            if isinstance(value, torch.Tensor):
-                out.setdefault(id(value), name)
-            elif isinstance(value, (dict, list, tuple)) and len(value) <= 10000:
-                items = value.items() if isinstance(value, dict) else enumerate(value)
-                for k, v in items:
-                    if isinstance(v, torch.Tensor):
-                        out.setdefault(id(v), f"{name}.{k}")
+        scopes = [frame.f_globals]
+        local = frame.f_locals
+        if local is not frame.f_globals:
+            scopes.insert(0, local)
+        for scope in scopes:
+            for name, value in list(scope.items()):
+                if name.startswith("_"):
+                    continue
+                if isinstance(value, torch.Tensor):
+                    out.setdefault(id(value), name)
+                elif isinstance(value, (dict, list, tuple)) and len(value) <= 10000:
+                    items = value.items() if isinstance(value, dict) else enumerate(value)
+                    for k, v in items:
+                        if isinstance(v, torch.Tensor):
+                            out.setdefault(id(v), f"{name}.{k}")
+        if local is not frame.f_globals and type(local) is dict:
+            local.clear()  # the snapshot (3.13's write-through proxy is no dict)
     except Exception:  # noqa: BLE001 - naming must never break the user's script
         pass
     return out

@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import time
+import types
 import weakref
 from collections.abc import Callable
 
@@ -1703,14 +1704,22 @@ def _trains_itself(module) -> bool:
     return callable(getattr(cls, "training_step", None)) and callable(getattr(cls, "configure_optimizers", None))
 
 
+# What `_bound_names` does not look into: classes, modules, functions, and models (which hold
+# their own tensors, named by the scan).
+_NOT_HOLDERS = (type, types.ModuleType, types.FunctionType, types.MethodType, nn.Module)
+_CO_OPTIMIZED = 0x1  # `inspect.CO_OPTIMIZED`: a function's code (fast locals)
+
+
 def _bound_names(frame) -> dict[int, str]:
-    """id -> name of the tensors the frame binds, directly or as an entry of a dict, list or
-    tuple (`params.0.weight`): its locals (a `main()` that builds its tensors and optimizer),
-    then its globals. Before Python 3.13 reading a function's locals leaves a snapshot of them
-    on the frame, which would keep a tensor the function later drops alive: it is emptied."""
+    """id -> name of the tensors the frame binds, directly, as an entry of a dict, list or tuple
+    (`params.0.weight`) or as an attribute of an object (`self.w`): its locals (a `main()`
+    building its tensors and optimizer), then its globals. Before Python 3.13 reading a
+    function's locals leaves a snapshot of them on the frame, which would keep a tensor the
+    function drops later alive: it is emptied."""
     out: dict[int, str] = {}
     if frame is None:
         return out
+    local = None
     try:
         scopes = [frame.f_globals]
         local = frame.f_locals
@@ -1722,15 +1731,22 @@ def _bound_names(frame) -> dict[int, str]:
                     continue
                 if isinstance(value, torch.Tensor):
                     out.setdefault(id(value), name)
-                elif isinstance(value, (dict, list, tuple)) and len(value) <= 10000:
-                    items = value.items() if isinstance(value, dict) else enumerate(value)
-                    for k, v in items:
+                    continue
+                if isinstance(value, (list, tuple)):
+                    value = dict(enumerate(value)) if len(value) <= 10000 else None
+                elif not isinstance(value, (dict, *_NOT_HOLDERS)):
+                    value = getattr(value, "__dict__", None)
+                if isinstance(value, dict) and len(value) <= 10000:
+                    for k, v in list(value.items()):
                         if isinstance(v, torch.Tensor):
                             out.setdefault(id(v), f"{name}.{k}")
-        if local is not frame.f_globals and type(local) is dict:
-            local.clear()  # the snapshot (3.13's write-through proxy is no dict)
     except Exception:  # noqa: BLE001 - naming must never break the user's script
         pass
+    finally:
+        # Only a function's snapshot (a class body's or an `exec`'s locals are a real namespace;
+        # 3.13's function locals are a write-through proxy, no dict).
+        if type(local) is dict and frame.f_code.co_flags & _CO_OPTIMIZED:
+            local.clear()
     return out
 
 

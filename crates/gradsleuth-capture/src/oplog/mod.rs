@@ -225,6 +225,12 @@ const TRANSFORM_LEVELS: usize = 4;
 const CHECKPOINTED: &str =
     "reentrant checkpointing runs this forward without recording: none of its inputs requires grad";
 
+/// The tensors function transforms wrapped into `t`, innermost last (at most
+/// [`TRANSFORM_LEVELS`]).
+fn wrapped<'a, H: Host>(h: &'a H, t: &H::Value) -> impl Iterator<Item = H::Value> + 'a {
+    std::iter::successors(h.inner(t), move |u| h.inner(u)).take(TRANSFORM_LEVELS)
+}
+
 fn has<T: PartialEq>(v: &[T], x: &T) -> bool {
     v.iter().any(|y| y == x)
 }
@@ -834,11 +840,8 @@ impl<K, N> OpLog<K, N> {
             } else {
                 self.taint.insert(ptr, (taint.clone(), h.keep(o)));
                 // What a function transform hands back out of this wrapped output.
-                let mut inner = h.inner(o);
-                for _ in 0..TRANSFORM_LEVELS {
-                    let Some(u) = inner else { break };
+                for u in wrapped(h, o) {
                     self.taint.insert(h.addr(&u), (taint.clone(), h.keep(&u)));
-                    inner = h.inner(&u);
                 }
             }
             if !input_ptrs.contains(&ptr) {
@@ -918,16 +921,13 @@ impl<K, N> OpLog<K, N> {
         if self.cuts.is_empty() {
             return None;
         }
-        let mut inner = h.inner(t);
-        for _ in 0..TRANSFORM_LEVELS {
-            let u = inner?;
+        wrapped(h, t).find_map(|u| {
             let b = h.addr(&u);
-            if self.taint.get(&b).is_some_and(|(_, k)| h.holds(k, &u)) {
-                return Some(b);
-            }
-            inner = h.inner(&u);
-        }
-        None
+            self.taint
+                .get(&b)
+                .is_some_and(|(_, k)| h.holds(k, &u))
+                .then_some(b)
+        })
     }
 
     /// A backward starts from `loss`: remember which cuts it depends on.

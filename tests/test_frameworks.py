@@ -454,6 +454,41 @@ def test_unused_parts_of_library_models_are_info_lines_and_a_dropped_user_head_a
     assert sorted(f["params"]) == ["aux.0.bias", "aux.0.weight", "aux.2.bias", "aux.2.weight"]
 
 
+def test_what_peft_froze_and_the_script_unfroze_is_told_at_the_unfreeze(tmp_path):
+    """PEFT's config says what trains and what `save_pretrained` keeps: a head unfrozen by
+    hand trains and is lost on save, a base unfrozen whole fine-tunes in full (warnings at the
+    user's unfreezing line, PEFT's freeze as related); unfreezing only the original PEFT routes
+    around is info, not an "unused module" error. PEFT's own unfreezing (`bias="all"`) and
+    unfreezing outside PEFT (the `control_progressive_unfreeze` case) stay quiet. Lint (GS325)
+    flags the same lines."""
+    script = HERE / "peft_unfrozen_by_script.py"
+    report = _run(tmp_path, script, "--shape", "head")
+    [f] = _loud(report)
+    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 32), f
+    assert sorted(f["params"]) == ["classifier.bias", "classifier.weight"]
+    assert "lost when the adapter is saved" in f["message"] and 'modules_to_save=["classifier"]' in f["fix"]
+    assert f["related"][0]["location"]["line"] == 26
+    report = _run(tmp_path, script, "--shape", "all")
+    [f] = _loud(report)
+    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 28), f
+    assert "fine-tunes in full" in f["message"] and "classifier.original_module.weight" in f["params"]
+    assert len(f["params"]) == 41
+    report = _run(tmp_path, script, "--shape", "original")
+    assert not _loud(report), report["findings"]
+    [f] = [f for f in report["findings"] if f["code"] == "GS111"]
+    assert f["severity"] == "info" and "PEFT runs the trainable copy" in f["message"]
+    report = _run(tmp_path, script, "--shape", "bias")
+    assert not _loud(report) and all(f["code"] != "GS111" for f in report["findings"]), report["findings"]
+    # Lint reads the same two unfreezing lines; the control PEFT script stays clean.
+    proc = run_gradsleuth("lint", "--isolated", "--format", "json", script)
+    assert [(g["code"], g["location"]["line"]) for g in report_of(proc.stdout)["findings"]] == [
+        ("GS325", 28),
+        ("GS325", 32),
+    ]
+    proc = run_gradsleuth("lint", "--isolated", "--format", "json", HERE / "peft_classifier_saved_control.py")
+    assert proc.returncode == 0 and not report_of(proc.stdout)["findings"]
+
+
 def test_a_fresh_head_frozen_while_the_layers_below_train_is_a_warning_at_the_freeze(tmp_path):
     """Freezing judged by intent: a layer not loaded with the rest of the model's weights
     (torch's `load_state_dict`, transformers' `from_pretrained`) frozen by the user's filter or

@@ -217,6 +217,7 @@ class Tracer:
         self._opt_steps: dict[int, int] = {}
         self._steps_seen: dict[int, int] = {}
         self._weights_after: dict[int, dict[int, float]] = {}
+        self._opt_shape: dict[int, tuple[int, ...]] = {}
         # Optimizers that update flat copies of the model's parameters (DeepSpeed's ZeRO):
         # their key -> (the wrapper, weakly; its attribute listing the model's parameters).
         self._copies: dict[int, tuple] = {}
@@ -405,12 +406,8 @@ class Tracer:
 
         def record(t, value, frame):
             try:
-                key = tracer.key(t)
-                if value:
-                    tracer.rec.unfrozen(key)
-                else:
-                    tracer.rec.frozen_at(key, site_of(frame))
-                tracer.rec.frozen_by_owner(key, not value and _in_owner_init(t, frame))
+                site, via = _FRAMES.site_via(frame)
+                tracer.rec.requires_grad_set(tracer.key(t), value, site, via, not value and _in_owner_init(t, frame))
             except Exception as e:  # noqa: BLE001 - freezing must never fail because of us
                 tracer.rec.note(f"requires_grad: {e}")
 
@@ -1240,13 +1237,18 @@ class Tracer:
         if okey not in self._optimizers:
             self._optimizers[okey] = weakref.ref(opt)
             self._opt_sites.setdefault(okey, (None, None, None))
-        if self._opt_steps.get(okey) is None or okey not in self._weights_after:
+        # Its parameters as group sizes: a group added mid-run (progressive unfreezing's
+        # `add_param_group`) is measured from the step it joins.
+        shape = tuple(len(g["params"]) for g in opt.param_groups)
+        if self._opt_steps.get(okey) is None or okey not in self._weights_after or self._opt_shape.get(okey) != shape:
+            self._opt_shape[okey] = shape
             self._register_optimizer(opt, okey)
             params = self._opt_params(opt)
             keys, weights = self._split_flat([self.key(p) for p in params], [p.detach() for p in params])
             before = dict(zip(keys, norms(weights)))
-            if okey not in self._bits_before:
-                self._bits_before[okey] = dict(zip(keys, fingerprints(weights)))
+            bits = self._bits_before.setdefault(okey, {})
+            new = [(k, w) for k, w in zip(keys, weights) if k not in bits]
+            bits.update(zip([k for k, _ in new], fingerprints([w for _, w in new])))
         else:
             before = self._weights_after[okey]
         self.rec.step_pre(okey, list(before.items()))

@@ -94,6 +94,8 @@ pub struct Recorder {
     orphan_prefixes: HashMap<u64, String>,
     /// Where each tensor's `requires_grad` was set to False (tensors not recorded yet included).
     frozen: HashMap<u64, Location>,
+    /// Tensors an installed library's code froze, as [`TensorRec::library_freeze`] records.
+    library_frozen: HashMap<u64, LibraryFreeze>,
     /// The user's line that last entered `torch.inference_mode()` while observing: the block
     /// an inference tensor refused later was most likely made in, when the op log did not see
     /// it made (before the op-level window opened).
@@ -120,6 +122,7 @@ impl Recorder {
             tensors: HashMap::new(),
             optimizers: HashMap::new(),
             frozen: HashMap::new(),
+            library_frozen: HashMap::new(),
             inference_block: None,
             current_backward: None,
             source: SourceCache::new(),
@@ -413,6 +416,7 @@ impl Recorder {
             assigned_at: None,
             local_numel: None,
             frozen_at: self.frozen.get(&t.key).cloned(),
+            library_freeze: self.library_frozen.get(&t.key).cloned(),
         };
         match self.tensors.get(&t.key) {
             Some(&i) => self.capture.tensors[i] = rec,
@@ -644,31 +648,54 @@ impl Recorder {
         });
     }
 
-    /// Where a tensor's `requires_grad` was last set to False (`p.requires_grad = False`,
-    /// `requires_grad_(False)`, `module.requires_grad_(False)`): the line a freeze comes from.
-    pub fn frozen_at(&mut self, key: u64, site: &At) {
+    /// `requires_grad` set on a tensor while observing (`p.requires_grad = ...`,
+    /// `requires_grad_(...)`, `module.requires_grad_(...)`): at the user's line `site`, by
+    /// code of the installed library in file `via` when a library's code made the call (PEFT
+    /// freezing the base inside `get_peft_model`). `by_owner`: frozen inside the constructor
+    /// of the module it belongs to (part of the architecture, not a training choice).
+    pub fn requires_grad_set(
+        &mut self,
+        key: u64,
+        value: bool,
+        site: &At,
+        via: Option<&str>,
+        by_owner: bool,
+    ) {
         let loc = self.loc(site);
-        match loc {
-            Some(l) => {
-                self.frozen.insert(key, l);
+        let package = via.and_then(crate::site::package_of);
+        if value {
+            self.frozen.remove(&key);
+            if let Some(f) = self.library_frozen.get_mut(&key) {
+                if package.is_some_and(|p| p == f.package) {
+                    self.library_frozen.remove(&key);
+                } else {
+                    f.unfrozen_at = loc;
+                }
             }
-            None => {
-                self.frozen.remove(&key);
-            }
+        } else {
+            match &loc {
+                Some(l) => self.frozen.insert(key, l.clone()),
+                None => self.frozen.remove(&key),
+            };
+            match package {
+                Some(p) => self.library_frozen.insert(
+                    key,
+                    LibraryFreeze {
+                        package: p.to_owned(),
+                        at: loc,
+                        unfrozen_at: None,
+                    },
+                ),
+                None => self.library_frozen.remove(&key),
+            };
         }
-        self.apply_frozen(key);
-    }
-
-    /// A parameter whose values a checkpoint load wrote (or that a library marked loaded).
-    pub fn loaded(&mut self, key: u64) {
-        insert_sorted(&mut self.capture.loaded, key);
-    }
-
-    /// A parameter its own module's constructor froze (`by_owner`), or one frozen later (a
-    /// training choice): only the latest freeze counts.
-    pub fn frozen_by_owner(&mut self, key: u64, by_owner: bool) {
+        if let Some(&i) = self.tensors.get(&key) {
+            let t = &mut self.capture.tensors[i];
+            t.frozen_at = self.frozen.get(&key).cloned();
+            t.library_freeze = self.library_frozen.get(&key).cloned();
+        }
         let v = &mut self.capture.built_frozen;
-        match (v.binary_search(&key), by_owner) {
+        match (v.binary_search(&key), by_owner && !value) {
             (Err(i), true) => v.insert(i, key),
             (Ok(i), false) => {
                 v.remove(i);
@@ -677,18 +704,9 @@ impl Recorder {
         }
     }
 
-    /// `requires_grad` set back to True: the tensor is no longer frozen by that line.
-    pub fn unfrozen(&mut self, key: u64) {
-        self.frozen.remove(&key);
-        if let Some(&i) = self.tensors.get(&key) {
-            self.capture.tensors[i].frozen_at = None;
-        }
-    }
-
-    fn apply_frozen(&mut self, key: u64) {
-        if let (Some(&i), Some(l)) = (self.tensors.get(&key), self.frozen.get(&key)) {
-            self.capture.tensors[i].frozen_at = Some(l.clone());
-        }
+    /// A parameter whose values a checkpoint load wrote (or that a library marked loaded).
+    pub fn loaded(&mut self, key: u64) {
+        insert_sorted(&mut self.capture.loaded, key);
     }
 
     /// Whether each tensor changed between before the first observed step and the end of

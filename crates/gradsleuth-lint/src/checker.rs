@@ -379,6 +379,7 @@ impl<'a> Checker<'a> {
         rules::grad_without_create_graph::check(self, &module.body);
         rules::grad_clip_zero::check_module(self, &module.body);
         rules::frozen_then_optimized::check(self, &module.body);
+        rules::peft_unfreeze::check(self, &module.body);
         self.replacing = rules::optimizer_before_replace::replacing_functions(self, &module.body);
         self.held = rules::optimizer_before_replace::held(&module.body);
         let replacing = std::mem::take(&mut self.replacing);
@@ -616,6 +617,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::step_before_backward::check(self, &f.body);
                 rules::grad_without_create_graph::check(self, &f.body);
                 rules::frozen_then_optimized::check(self, &f.body);
+                rules::peft_unfreeze::check(self, &f.body);
                 let replacing = std::mem::take(&mut self.replacing);
                 let held = std::mem::take(&mut self.held);
                 let class = self.classes.last().map(|(c, _)| c.clone());

@@ -438,6 +438,24 @@ pub struct TensorRec {
     /// Where its `requires_grad` was last set to False, when observed (the freeze's line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frozen_at: Option<Location>,
+    /// An installed library's code froze it (PEFT's `get_peft_model` freezing the base), and
+    /// whether the script's own code unfroze it afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library_freeze: Option<LibraryFreeze>,
+}
+
+/// A freeze an installed library made as part of its design, and what the script did to it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LibraryFreeze {
+    /// The package whose code set `requires_grad` to False (`peft`).
+    pub package: String,
+    /// The user's line whose call froze it (`model = get_peft_model(model, config)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Location>,
+    /// The user's line that set `requires_grad` back to True afterwards (code of the same
+    /// package unfreezing it, as PEFT does for `bias="all"`, ends the record instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfrozen_at: Option<Location>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

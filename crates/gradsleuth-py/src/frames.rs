@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use gradsleuth_capture::{Code, CodeFilter, Site};
 use pyo3::prelude::*;
+
+type Loc3 = (Option<String>, Option<u32>, Option<String>);
 use rustc_hash::FxHashMap;
 
 /// Walks frames, skipping everything that is not user code (decided by
@@ -134,6 +136,33 @@ impl Frames {
                 Some(s.function.to_string()),
             ),
             None => (None, None, None),
+        }
+    }
+
+    /// The innermost user frame at or above `frame` as `(file, line, function)`, with the file
+    /// of the innermost installed library's frame inside it (the library whose code made the
+    /// call) or None when the user's code made it directly.
+    fn site_via(&mut self, frame: Bound<'_, PyAny>) -> (Loc3, Option<String>) {
+        match self.0.walk(frame, 1).into_iter().next() {
+            Some((s, _)) => {
+                let via = match &s.via {
+                    Some(v) => Some(v.file.to_string()),
+                    None => self
+                        .0
+                        .filter
+                        .is_library(&s.file)
+                        .then(|| s.file.to_string()),
+                };
+                (
+                    (
+                        Some(s.file.to_string()),
+                        Some(s.line),
+                        Some(s.function.to_string()),
+                    ),
+                    via,
+                )
+            }
+            None => ((None, None, None), None),
         }
     }
 

@@ -184,19 +184,20 @@ impl Recorder {
         self.inner.child_process(target, module, method, &at(site));
     }
 
-    /// Where a tensor's `requires_grad` was set to False (the freeze's line).
-    fn frozen_at(&mut self, key: u64, site: Loc3) {
-        self.inner.frozen_at(key, &at(site));
-    }
-
-    /// A tensor's `requires_grad` set back to True.
-    fn unfrozen(&mut self, key: u64) {
-        self.inner.unfrozen(key);
-    }
-
-    /// A parameter frozen by its own module's constructor (`by_owner`) or later.
-    fn frozen_by_owner(&mut self, key: u64, by_owner: bool) {
-        self.inner.frozen_by_owner(key, by_owner);
+    /// `requires_grad` set on a tensor while observing: at the user's line `site`, through
+    /// the installed library whose code in file `via` made the call, frozen by the
+    /// constructor of its own module (`by_owner`).
+    #[pyo3(signature = (key, value, site, via, by_owner))]
+    fn requires_grad_set(
+        &mut self,
+        key: u64,
+        value: bool,
+        site: Loc3,
+        via: Option<String>,
+        by_owner: bool,
+    ) {
+        self.inner
+            .requires_grad_set(key, value, &at(site), via.as_deref(), by_owner);
     }
 
     /// A parameter whose values a checkpoint load wrote.

@@ -6,7 +6,7 @@ use gradsleuth_model::{Finding, Severity};
 
 use super::zero_behind::starved_by;
 use super::{
-    group_by_module, module_assignment, module_name, name_list, plural, trainable_params, Check,
+    describe, module_assignment, module_name, name_list, plural, trainable_params, Check, Described,
 };
 use crate::Context;
 
@@ -45,31 +45,11 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if keys.is_empty() {
             continue;
         }
-        let groups = group_by_module(ctx, &keys);
-        let modules: Vec<_> = groups
-            .iter()
-            .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
-            .collect();
-        let names = super::names(ctx, &keys);
-        let what = if modules.len() == groups.len() && !modules.is_empty() {
-            let shown: Vec<String> = modules
-                .iter()
-                .take(4)
-                .map(|m| format!("`{}`", module_name(m)))
-                .collect();
-            let more = if modules.len() > 4 {
-                format!(" and {} more modules", modules.len() - 4)
-            } else {
-                String::new()
-            };
-            format!(
-                "{}{more} ({})",
-                shown.join(", "),
-                plural(names.len(), "parameter")
-            )
-        } else {
-            name_list(&names)
-        };
+        let Described {
+            what,
+            modules,
+            names,
+        } = describe(ctx, &keys);
         let are = if names.len() == 1 { "is" } else { "are" };
         let loc = modules.first().and_then(|m| module_assignment(ctx, m));
         // The line that froze them, when the run saw it: where the fix belongs.
@@ -261,22 +241,11 @@ fn fresh_over_trained(ctx: &Context, frozen: &[u64]) -> (Fresh, Vec<u64>) {
 }
 
 fn fresh_finding(ctx: &Context, fresh: &Fresh) -> Finding {
-    let names = super::names(ctx, &fresh.params);
-    let groups = group_by_module(ctx, &fresh.params);
-    let modules: Vec<_> = groups
-        .iter()
-        .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
-        .collect();
-    let what = if modules.len() == groups.len() && !modules.is_empty() {
-        let shown: Vec<String> = modules.iter().map(|m| module_name(m)).collect();
-        format!(
-            "{} ({})",
-            name_list(&shown),
-            plural(names.len(), "parameter")
-        )
-    } else {
-        name_list(&names)
-    };
+    let Described {
+        what,
+        modules,
+        names,
+    } = describe(ctx, &fresh.params);
     // The layers that train through it, by module, nearest first.
     let mut below: Vec<String> = Vec::new();
     for p in &fresh.below {

@@ -11,6 +11,7 @@ use gradsleuth_model::{Finding, Location, Severity};
 
 use crate::Context;
 
+pub mod adapter_unfrozen;
 pub mod buffer_not_param;
 pub mod compiled_region;
 pub mod fixed_model;
@@ -72,6 +73,7 @@ pub const ALL: &[Check] = &[
     graph_cut::stale_tensor::CHECK,
     inplace::saved::CHECK,
     inplace::leaf::CHECK,
+    adapter_unfrozen::CHECK,
     frozen::CHECK,
     scaler_skipped::CHECK,
     zero_grad_order::CHECK,
@@ -147,6 +149,50 @@ pub fn group_by_module(ctx: &Context, keys: &[u64]) -> Vec<Group> {
         .into_iter()
         .map(|(module, keys)| Group { module, keys })
         .collect()
+}
+
+/// A set of parameters in words: "`backbone`, `neck` (12 parameters)" when whole modules hold
+/// them, else their names.
+pub struct Described<'a> {
+    pub what: String,
+    /// The largest modules each wholly in the set (see [`group_by_module`]).
+    pub modules: Vec<&'a ModuleRec>,
+    pub names: Vec<String>,
+}
+
+pub fn describe<'a>(ctx: &'a Context, keys: &[u64]) -> Described<'a> {
+    let groups = group_by_module(ctx, keys);
+    let modules: Vec<&ModuleRec> = groups
+        .iter()
+        .filter_map(|g| g.module.and_then(|m| ctx.capture.module(m)))
+        .collect();
+    let names = names(ctx, keys);
+    if modules.len() != groups.len() || modules.is_empty() {
+        return Described {
+            what: name_list(&names),
+            modules,
+            names,
+        };
+    }
+    let shown: Vec<String> = modules
+        .iter()
+        .take(4)
+        .map(|m| format!("`{}`", module_name(m)))
+        .collect();
+    let more = if modules.len() > 4 {
+        format!(" and {} more modules", modules.len() - 4)
+    } else {
+        String::new()
+    };
+    Described {
+        what: format!(
+            "{}{more} ({})",
+            shown.join(", "),
+            plural(names.len(), "parameter")
+        ),
+        modules,
+        names,
+    }
 }
 
 /// Names of tensors, in capture order.

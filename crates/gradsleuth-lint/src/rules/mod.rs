@@ -23,6 +23,7 @@ pub mod non_diff_in_loss;
 pub mod non_leaf_param;
 pub mod optimizer_before_replace;
 pub mod optimizer_subset;
+pub mod peft_unfreeze;
 pub mod recreated_module;
 pub mod stale_graph;
 pub mod step_before_backward;
@@ -125,6 +126,7 @@ pub const ALL: &[&Rule] = &[
     &step_before_backward::RULE,
     &non_diff_in_loss::RULE,
     &frozen_then_optimized::RULE,
+    &peft_unfreeze::RULE,
     &detach_cut::RULE,
     &item_roundtrip::RULE,
     &tensor_rewrap::RULE,

@@ -1,0 +1,268 @@
+//! GS111 `adapter-base-unfrozen`: parameters PEFT froze (everything its adapter config does not
+//! train) that the script's own code unfroze. The capture knows who froze a parameter: a
+//! freeze made by an installed library's code is recorded with its package and the user's line
+//! whose call made it, and an unfreeze by the script's own code afterwards with that line
+//! (`TensorRec::library_freeze`). Only PEFT's freezes are a statement of intent this check
+//! holds the script to: its config says what trains and what `save_pretrained` keeps.
+
+use gradsleuth_model::capture::{LibraryFreeze, TensorKind, TensorRec};
+use gradsleuth_model::{Finding, Location, Severity};
+
+use super::{describe, module_name, plural, Check, Described};
+use crate::Context;
+
+pub const CHECK: Check = Check { code: "GS111", run };
+
+/// The library whose freezes state the training's intent (its adapter config).
+const PACKAGE: &str = "peft";
+
+fn run(ctx: &Context) -> Vec<Finding> {
+    let params = || {
+        ctx.facts
+            .iter()
+            .filter(|(t, f)| f.visible && t.kind == TensorKind::Param)
+    };
+    // Everything PEFT froze: the base, still frozen or not.
+    let froze = params().filter(|(t, _)| ours(t).is_some()).count();
+    let unfrozen: Vec<u64> = params()
+        .filter(|(t, _)| {
+            t.requires_grad
+                && ours(t).is_some_and(|f| f.unfrozen_at.is_some())
+                && !ctx.is_claimed(t.key)
+        })
+        .map(|(t, _)| t.key)
+        .collect();
+    if unfrozen.is_empty() {
+        return Vec::new();
+    }
+    // Those a backward reached train (or at least get gradients); the others are PEFT's
+    // originals it routes around (or parts that never run).
+    let (trained, idle): (Vec<u64>, Vec<u64>) = unfrozen
+        .iter()
+        .partition(|k| ctx.facts.get(**k).is_some_and(|f| f.reached()));
+    let first = ctx.facts.rec(unfrozen[0]).and_then(ours);
+    let unfrozen_at = first.and_then(|f| ctx.locate(f.unfrozen_at.as_ref()));
+    let frozen_at = first.and_then(|f| ctx.locate(f.at.as_ref()));
+    let line = line_of(unfrozen_at.as_ref());
+    ctx.claim(unfrozen.iter().copied());
+
+    // "X, unfrozen too, gets no gradient: ..." (or, alone, "X was unfrozen ... and gets").
+    let idle_said = |alone: bool| {
+        let Described { what, names, .. } = describe(ctx, &idle);
+        let one = names.len() == 1;
+        let (was, get, it) = match one {
+            true => ("was", "gets", "it"),
+            false => ("were", "get", "them"),
+        };
+        let why = if names.iter().all(|n| n.contains(".original_module.")) {
+            ": PEFT runs the trainable copy it made for `modules_to_save` instead, so unfreezing the original only puts it in the optimizer"
+        } else {
+            " in the observed steps"
+        };
+        match alone {
+            true => format!("{what} {was} unfrozen by the script after PEFT froze {it}, and {get} no gradient{why}."),
+            false => format!("{what}, unfrozen too, {get} no gradient{why}."),
+        }
+    };
+    let (severity, message, fix) = if trained.is_empty() {
+        (
+            Severity::Info,
+            idle_said(true),
+            format!(
+                "Delete the unfreezing{line}: PEFT already trains what `modules_to_save` names."
+            ),
+        )
+    } else {
+        let Described {
+            what,
+            modules,
+            names,
+        } = describe(ctx, &trained);
+        let (they, learn) = match names.len() {
+            1 => ("it", "learns"),
+            _ => ("they", "learn"),
+        };
+        let whole = trained.len() * 2 > froze;
+        let (said, fix) = if whole {
+            (
+                format!(
+                    "{what} train again although PEFT froze them ({} of the {} PEFT froze, unfrozen by the script): the base model fine-tunes in full, spending the memory and compute LoRA exists to save, and `save_pretrained` on a model with an adapter writes only the adapter's weights, so what the base learns is lost on save.",
+                    trained.len(),
+                    plural(froze, "parameter")
+                ),
+                format!("Delete the unfreezing{line}: `get_peft_model` already made the adapters trainable. To fine-tune the whole model, train it without `get_peft_model`."),
+            )
+        } else {
+            let targets: Vec<String> = modules
+                .iter()
+                .take(4)
+                .map(|m| format!("\"{}\"", module_name(m)))
+                .collect();
+            (
+                format!(
+                    "{what} {train} outside the adapter config: PEFT froze {them} and the script unfroze {them}, but `save_pretrained` on a model with an adapter writes only the adapter's weights and `modules_to_save`, so what {they} {learn} is lost when the adapter is saved and reloaded{embedding}.",
+                    train = if names.len() == 1 { "trains" } else { "train" },
+                    them = if names.len() == 1 { "it" } else { "them" },
+                    embedding = if modules.iter().any(|m| m.class == "Embedding") {
+                        " (an embedding layer is kept only when PEFT sees the vocabulary resized)"
+                    } else {
+                        ""
+                    },
+                ),
+                format!(
+                    "Name {them} in the adapter config so PEFT trains and saves {them}: `LoraConfig(..., modules_to_save=[{}])`, and delete the unfreezing{line}.",
+                    if targets.is_empty() { "\"...\"".to_owned() } else { targets.join(", ") },
+                    them = if names.len() == 1 { "it" } else { "them" },
+                ),
+            )
+        };
+        let message = match idle.is_empty() {
+            true => said,
+            false => format!("{said} {}", idle_said(false)),
+        };
+        (Severity::Warning, message, fix)
+    };
+    let mut names = super::names(ctx, &trained);
+    names.extend(super::names(ctx, &idle));
+    vec![CHECK
+        .finding(severity, message)
+        .at(unfrozen_at)
+        .related(
+            frozen_at,
+            "where PEFT froze them (its config: only the adapters and `modules_to_save` train)",
+        )
+        .fix(fix)
+        .params(names)]
+}
+
+/// PEFT's freeze of `t`, if PEFT froze it.
+fn ours(t: &TensorRec) -> Option<&LibraryFreeze> {
+    t.library_freeze.as_ref().filter(|f| f.package == PACKAGE)
+}
+
+/// " at line N" for a location, or nothing.
+fn line_of(l: Option<&Location>) -> String {
+    l.map_or_else(String::new, |l| format!(" at line {}", l.line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::testing::{healthy, Scenario};
+    use gradsleuth_model::capture::ModuleKind;
+
+    /// `fc` is PEFT's base (frozen by `get_peft_model` at line 9), `lora` its adapter, `head`
+    /// a classifier; `unfreeze`: the parameters the script set back to trainable at line 12.
+    fn peft(unfreeze: &[u64]) -> Scenario {
+        let mut s = healthy(2);
+        s.module(3, "Linear", "lora", Some(1), ModuleKind::Registered, 2);
+        s.module(4, "Linear", "head", Some(1), ModuleKind::Registered, 2);
+        s.param(20, "lora.weight", 3);
+        for (k, name) in [(30, "head.weight"), (31, "head.bias")] {
+            s.param(k, name, 4);
+        }
+        let freeze = |unfrozen: bool| LibraryFreeze {
+            package: "peft".into(),
+            at: Some(Location::new("train.py", 9)),
+            unfrozen_at: unfrozen.then(|| Location::new("train.py", 12)),
+        };
+        for t in &mut s.capture.tensors {
+            if [10, 11, 30, 31].contains(&t.key) {
+                let unfrozen = unfreeze.contains(&t.key);
+                t.requires_grad = unfrozen;
+                t.library_freeze = Some(freeze(unfrozen));
+            }
+        }
+        let trainable: Vec<u64> = [20].into_iter().chain(unfreeze.iter().copied()).collect();
+        s.capture.optimizers[0].params = trainable.clone();
+        s.capture
+            .backwards
+            .iter_mut()
+            .for_each(|b| b.reached = trainable.clone());
+        s
+    }
+
+    #[test]
+    fn a_head_unfrozen_by_hand_is_lost_on_save_and_told_at_the_unfreeze() {
+        let f = peft(&[30, 31]).run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Warning);
+        let m = &f[0].message;
+        assert!(
+            m.contains("`head` (2 parameters) train outside the adapter config"),
+            "{m}"
+        );
+        assert!(m.contains("lost when the adapter is saved"), "{m}");
+        assert_eq!(f[0].location.as_ref().map(|l| l.line), Some(12));
+        assert_eq!(f[0].related[0].location.line, 9);
+        assert!(f[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("modules_to_save=[\"head\"]"));
+        assert_eq!(f[0].params, ["head.weight", "head.bias"]);
+    }
+
+    #[test]
+    fn the_whole_base_unfrozen_is_full_fine_tuning() {
+        let f = peft(&[10, 11, 30, 31]).run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(
+            f[0].message.contains("fine-tunes in full"),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].message.contains("(4 of the 4 parameters PEFT froze"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn an_original_peft_routes_around_is_info_and_not_an_unused_module() {
+        let mut s = peft(&[30, 31]);
+        for t in &mut s.capture.tensors {
+            t.name = t.name.replace("head.", "head.original_module.");
+        }
+        s.capture
+            .backwards
+            .iter_mut()
+            .for_each(|b| b.reached = vec![20]);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].message.contains("PEFT runs the trainable copy"),
+            "{}",
+            f[0].message
+        );
+        let report = s.report();
+        assert!(
+            report.findings.iter().all(|f| f.code != "GS102"),
+            "{:#?}",
+            report.findings
+        );
+    }
+
+    #[test]
+    fn peft_s_own_config_and_unfreezing_outside_peft_stay_quiet() {
+        // Nothing unfrozen: the adapter trains as configured.
+        assert!(peft(&[]).run(&CHECK).is_empty());
+        // Unfrozen after a freeze by the script itself or by another library.
+        for package in ["", "lightning"] {
+            let mut s = peft(&[30, 31]);
+            for t in &mut s.capture.tensors {
+                match package {
+                    "" => t.library_freeze = None,
+                    p => {
+                        if let Some(f) = t.library_freeze.as_mut() {
+                            f.package = p.into();
+                        }
+                    }
+                }
+            }
+            assert!(s.run(&CHECK).is_empty(), "{package}");
+        }
+    }
+}

@@ -206,6 +206,7 @@ class Tracer:
         self._known_modules: set[int] = set()
         self._hooked: set[int] = set()
         self._free_names: dict[int, str] = {}  # optimizer tensors, by the names the script binds
+        self._unnamed: dict[int, int] = {}  # id -> key of optimizer tensors no name bound yet
         self._depth = 0
         self._root_call = 0
         self._last_call: dict[int, int] = {}
@@ -1150,8 +1151,9 @@ class Tracer:
                 try:
                     okey = tracer.key(self)
                     tracer._optimizers[okey] = weakref.ref(self)
-                    tracer._opt_sites[okey] = site_of(sys._getframe(1))
-                    tracer._free_tensors(self, sys._getframe(1))
+                    site, via = _FRAMES.site_via(sys._getframe(1))
+                    tracer._opt_sites[okey] = site
+                    tracer._free_tensors(self, sys._getframe(1), by_script=via is None)
                 except Exception as e:  # noqa: BLE001
                     tracer.rec.note(f"optimizer init: {e}")
 
@@ -1163,25 +1165,40 @@ class Tracer:
         self._opt_sites[okey] = site_of(frame) if frame is not None else (None, None, None)
         self._register_optimizer(opt, okey)
 
-    def _free_tensors(self, opt, frame):
+    def _free_tensors(self, opt, frame, by_script=False):
         """An optimizer's tensors are watched for a gradient from its creation on: one on no
         model is a parameter of the script itself (`w = torch.randn(..., requires_grad=True)`,
         torch.func's stacked ensemble), judged as any parameter once the step shows it used.
         Named by the variable (or the entry of a dict, list or tuple) the creating code binds it
-        to."""
+        to. `by_script`: the script's own code built the optimizer (no library's code between)."""
         names = _bound_names(user_frame(frame))
         own = False
         for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             pkey = self.key(p)
+            if pkey not in self._free_names and id(p) not in names:
+                self._unnamed[id(p)] = pkey  # named at the first backward, if its frame binds it
             name = self._free_names.setdefault(pkey, names.get(id(p)) or f"{type(opt).__name__}.param{j}")
             self._hook_reached(p, pkey, name)
-            own = own or (id(p) in names and not isinstance(p, nn.Parameter))
+            own = own or ((by_script or id(p) in names) and not isinstance(p, nn.Parameter))
         if own and self._deep and self._mode is None and self._oplog is None:
             # The script's own tensors, of no module, may be used by no module's forward (the
             # op-level step starts at a model's call otherwise): it starts now, so an op cutting
-            # them off is seen. (A library's internal copies, bound by no name of the script,
-            # do not start it.)
+            # them off is seen. They are the script's when it binds them to a name or built the
+            # optimizer itself (`SGD(make_params())`); a library's internal copies (DeepSpeed's
+            # flat parameters) do not start it.
             self._enter_op_mode()
+
+    def _name_unnamed(self, frame):
+        """An optimizer's tensors no name bound when it was built (`SGD(make_params())`) get
+        the names the frame running the first backward binds them to (`w, b = ...`)."""
+        unnamed, self._unnamed = self._unnamed, {}
+        if not unnamed:
+            return
+        names = _bound_names(user_frame(frame))
+        for i, pkey in unnamed.items():
+            t = self.obj(pkey)
+            if i in names and t is not None and id(t) == i and not self.rec.has_tensor(pkey):
+                self._free_names[pkey] = names[i]
 
     def _register_optimizer(self, opt, okey):
         params, lrs = [], []
@@ -1470,6 +1487,7 @@ class Tracer:
             site = site_of(sys._getframe(1))
             if tracer._first_backward_site is None:
                 tracer._first_backward_site = site
+                tracer._name_unnamed(sys._getframe(1))
             tracer.rec.backward_begin("backward", site, type(gf).__name__ if gf is not None else None)
             tracer._progress("backward")
             tracer._backward_depth += 1

@@ -456,21 +456,27 @@ def test_unused_parts_of_library_models_are_info_lines_and_a_dropped_user_head_a
 
 def test_what_peft_froze_and_the_script_unfroze_is_told_at_the_unfreeze(tmp_path):
     """PEFT's config says what trains and what `save_pretrained` keeps: a head unfrozen by
-    hand trains and is lost on save, a base unfrozen whole fine-tunes in full (warnings at the
-    user's unfreezing line, PEFT's freeze as related); unfreezing only the original PEFT routes
+    hand trains and is lost on save (or, unfrozen after the optimizer was built, never
+    changes), a base unfrozen whole fine-tunes in full (warnings at the user's unfreezing line,
+    PEFT's freeze as related); unfreezing only the original PEFT routes
     around is info, not an "unused module" error. PEFT's own unfreezing (`bias="all"`) and
     unfreezing outside PEFT (the `control_progressive_unfreeze` case) stay quiet. Lint (GS325)
     flags the same lines."""
     script = HERE / "peft_unfrozen_by_script.py"
     report = _run(tmp_path, script, "--shape", "head")
     [f] = _loud(report)
-    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 32), f
+    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 35), f
     assert sorted(f["params"]) == ["classifier.bias", "classifier.weight"]
     assert "lost when the adapter is saved" in f["message"] and 'modules_to_save=["classifier"]' in f["fix"]
-    assert f["related"][0]["location"]["line"] == 26
+    assert f["related"][0]["location"]["line"] == 27
+    # Unfrozen after the optimizer was built: it never changes (one finding, not also GS106).
+    report = _run(tmp_path, script, "--shape", "late")
+    [f] = _loud(report)
+    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 35), f
+    assert "no optimizer holds them" in f["message"] and sorted(f["params"]) == ["classifier.bias", "classifier.weight"]
     report = _run(tmp_path, script, "--shape", "all")
     [f] = _loud(report)
-    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 28), f
+    assert (f["severity"], f["code"], f["location"]["line"]) == ("warning", "GS111", 31), f
     assert "fine-tunes in full" in f["message"] and "classifier.original_module.weight" in f["params"]
     assert len(f["params"]) == 41
     report = _run(tmp_path, script, "--shape", "original")
@@ -482,8 +488,8 @@ def test_what_peft_froze_and_the_script_unfroze_is_told_at_the_unfreeze(tmp_path
     # Lint reads the same two unfreezing lines; the control PEFT script stays clean.
     proc = run_gradsleuth("lint", "--isolated", "--format", "json", script)
     assert [(g["code"], g["location"]["line"]) for g in report_of(proc.stdout)["findings"]] == [
-        ("GS325", 28),
-        ("GS325", 32),
+        ("GS325", 31),
+        ("GS325", 35),
     ]
     proc = run_gradsleuth("lint", "--isolated", "--format", "json", HERE / "peft_classifier_saved_control.py")
     assert proc.returncode == 0 and not report_of(proc.stdout)["findings"]

@@ -35,104 +35,159 @@ fn run(ctx: &Context) -> Vec<Finding> {
     if unfrozen.is_empty() {
         return Vec::new();
     }
-    // Those a backward reached train (or at least get gradients); the others are PEFT's
-    // originals it routes around (or parts that never run).
-    let (trained, idle): (Vec<u64>, Vec<u64>) = unfrozen
+    // Three fates: trained (a backward reached it and an optimizer holds it); stray (reached,
+    // but unfrozen after the optimizer was built: no optimizer holds it); idle (no gradient:
+    // PEFT's originals it routes around, or parts that never run).
+    let fact = |k: &u64| ctx.facts.get(*k);
+    let (reached, idle): (Vec<u64>, Vec<u64>) = unfrozen
         .iter()
-        .partition(|k| ctx.facts.get(**k).is_some_and(|f| f.reached()));
+        .partition(|k| fact(k).is_some_and(|f| f.reached()));
+    let (trained, stray): (Vec<u64>, Vec<u64>) = reached
+        .iter()
+        .partition(|k| fact(k).is_some_and(|f| !f.optimizers.is_empty()));
     let first = ctx.facts.rec(unfrozen[0]).and_then(ours);
     let unfrozen_at = first.and_then(|f| ctx.locate(f.unfrozen_at.as_ref()));
     let frozen_at = first.and_then(|f| ctx.locate(f.at.as_ref()));
     let line = line_of(unfrozen_at.as_ref());
     ctx.claim(unfrozen.iter().copied());
 
-    // "X, unfrozen too, gets no gradient: ..." (or, alone, "X was unfrozen ... and gets").
-    let idle_said = |alone: bool| {
-        let Described { what, names, .. } = describe(ctx, &idle);
-        let one = names.len() == 1;
-        let (was, get, it) = match one {
-            true => ("was", "gets", "it"),
-            false => ("were", "get", "them"),
-        };
-        let why = if names.iter().all(|n| n.contains(".original_module.")) {
-            ": PEFT runs the trainable copy it made for `modules_to_save` instead, so unfreezing the original only puts it in the optimizer"
-        } else {
-            " in the observed steps"
-        };
-        match alone {
-            true => format!("{what} {was} unfrozen by the script after PEFT froze {it}, and {get} no gradient{why}."),
-            false => format!("{what}, unfrozen too, {get} no gradient{why}."),
-        }
-    };
-    let (severity, message, fix) = if trained.is_empty() {
-        (
-            Severity::Info,
-            idle_said(true),
-            format!(
-                "Delete the unfreezing{line}: PEFT already trains what `modules_to_save` names."
-            ),
-        )
-    } else {
+    let mut said: Vec<String> = Vec::new();
+    let mut fix = None;
+    if !trained.is_empty() {
         let Described {
             what,
             modules,
             names,
         } = describe(ctx, &trained);
-        let (they, learn) = match names.len() {
-            1 => ("it", "learns"),
-            _ => ("they", "learn"),
-        };
-        let whole = trained.len() * 2 > froze;
-        let (said, fix) = if whole {
-            (
-                format!(
-                    "{what} train again although PEFT froze them ({} of the {} PEFT froze, unfrozen by the script): the base model fine-tunes in full, spending the memory and compute LoRA exists to save, and `save_pretrained` on a model with an adapter writes only the adapter's weights, so what the base learns is lost on save.",
-                    trained.len(),
-                    plural(froze, "parameter")
-                ),
-                format!("Delete the unfreezing{line}: `get_peft_model` already made the adapters trainable. To fine-tune the whole model, train it without `get_peft_model`."),
-            )
+        let w = Words::of(names.len());
+        if trained.len() * 2 > froze {
+            said.push(format!(
+                "{what} train again although PEFT froze them ({} of the {} PEFT froze, unfrozen by the script): the base model fine-tunes in full, spending the memory and compute LoRA exists to save, and `save_pretrained` on a model with an adapter writes only the adapter's weights, so what the base learns is lost on save.",
+                trained.len(),
+                plural(froze, "parameter")
+            ));
+            fix = Some(format!("Delete the unfreezing{line}: `get_peft_model` already made the adapters trainable. To fine-tune the whole model, train it without `get_peft_model`."));
         } else {
-            let targets: Vec<String> = modules
-                .iter()
-                .take(4)
-                .map(|m| format!("\"{}\"", module_name(m)))
-                .collect();
-            (
-                format!(
-                    "{what} {train} outside the adapter config: PEFT froze {them} and the script unfroze {them}, but `save_pretrained` on a model with an adapter writes only the adapter's weights and `modules_to_save`, so what {they} {learn} is lost when the adapter is saved and reloaded{embedding}.",
-                    train = if names.len() == 1 { "trains" } else { "train" },
-                    them = if names.len() == 1 { "it" } else { "them" },
-                    embedding = if modules.iter().any(|m| m.class == "Embedding") {
-                        " (an embedding layer is kept only when PEFT sees the vocabulary resized)"
-                    } else {
-                        ""
-                    },
-                ),
-                format!(
-                    "Name {them} in the adapter config so PEFT trains and saves {them}: `LoraConfig(..., modules_to_save=[{}])`, and delete the unfreezing{line}.",
-                    if targets.is_empty() { "\"...\"".to_owned() } else { targets.join(", ") },
-                    them = if names.len() == 1 { "it" } else { "them" },
-                ),
+            let embedding = match modules.iter().any(|m| m.class == "Embedding") {
+                true => " (an embedding layer is kept only when PEFT sees the vocabulary resized)",
+                false => "",
+            };
+            said.push(format!(
+                "{what} {train} outside the adapter config: PEFT froze {them} and the script unfroze {them}, but `save_pretrained` on a model with an adapter writes only the adapter's weights and `modules_to_save`, so what {they} {learn} is lost when the adapter is saved and reloaded{embedding}.",
+                train = w.verb("trains", "train"),
+                learn = w.verb("learns", "learn"),
+                them = w.them,
+                they = w.they,
+            ));
+            fix = Some(name_in_config(&modules, w.them, &line));
+        }
+    }
+    if !stray.is_empty() {
+        let Described {
+            what,
+            modules,
+            names,
+        } = describe(ctx, &stray);
+        let w = Words::of(names.len());
+        said.push(match said.is_empty() {
+            true => format!(
+                "{what} {was} unfrozen by the script after PEFT froze {them}, but after the optimizer was built: no optimizer holds {them}, so {they} {get} gradients and never {change}.",
+                was = w.verb("was", "were"),
+                get = w.verb("gets", "get"),
+                change = w.verb("changes", "change"),
+                them = w.them,
+                they = w.they,
+            ),
+            false => format!(
+                "{what}, unfrozen after the optimizer was built, {get} gradients no optimizer applies.",
+                get = w.verb("gets", "get"),
+            ),
+        });
+        fix.get_or_insert_with(|| name_in_config(&modules, w.them, &line));
+    }
+    if !idle.is_empty() {
+        let Described { what, names, .. } = describe(ctx, &idle);
+        let w = Words::of(names.len());
+        let why = match names.iter().all(|n| n.contains(".original_module.")) {
+            true => ": PEFT runs the trainable copy it made for `modules_to_save` instead, so unfreezing the original only puts it in the optimizer",
+            false => " in the observed steps",
+        };
+        let get = w.verb("gets", "get");
+        said.push(match said.is_empty() {
+            true => format!(
+                "{what} {was} unfrozen by the script after PEFT froze {them}, and {get} no gradient{why}.",
+                was = w.verb("was", "were"),
+                them = w.them,
+            ),
+            false => format!("{what}, unfrozen too, {get} no gradient{why}."),
+        });
+        fix.get_or_insert_with(|| {
+            format!(
+                "Delete the unfreezing{line}: PEFT already trains what `modules_to_save` names."
             )
-        };
-        let message = match idle.is_empty() {
-            true => said,
-            false => format!("{said} {}", idle_said(false)),
-        };
-        (Severity::Warning, message, fix)
+        });
+    }
+    // Only parameters that get no gradient at all: nothing is lost but optimizer memory.
+    let severity = match trained.is_empty() && stray.is_empty() {
+        true => Severity::Info,
+        false => Severity::Warning,
     };
     let mut names = super::names(ctx, &trained);
+    names.extend(super::names(ctx, &stray));
     names.extend(super::names(ctx, &idle));
     vec![CHECK
-        .finding(severity, message)
+        .finding(severity, said.join(" "))
         .at(unfrozen_at)
         .related(
             frozen_at,
             "where PEFT froze them (its config: only the adapters and `modules_to_save` train)",
         )
-        .fix(fix)
+        .fix(fix.unwrap_or_default())
         .params(names)]
+}
+
+/// Pronouns and verbs for one parameter or several.
+struct Words {
+    one: bool,
+    them: &'static str,
+    they: &'static str,
+}
+
+impl Words {
+    fn of(n: usize) -> Words {
+        let one = n == 1;
+        Words {
+            one,
+            them: if one { "it" } else { "them" },
+            they: if one { "it" } else { "they" },
+        }
+    }
+
+    fn verb(&self, singular: &'static str, plural: &'static str) -> &'static str {
+        if self.one {
+            singular
+        } else {
+            plural
+        }
+    }
+}
+
+/// The fix for parts unfrozen by hand: say them in the config, where PEFT trains and saves them.
+fn name_in_config(
+    modules: &[&gradsleuth_model::capture::ModuleRec],
+    them: &str,
+    line: &str,
+) -> String {
+    let targets: Vec<String> = modules
+        .iter()
+        .take(4)
+        .map(|m| format!("\"{}\"", module_name(m)))
+        .collect();
+    let targets = match targets.is_empty() {
+        true => "\"...\"".to_owned(),
+        false => targets.join(", "),
+    };
+    format!("Name {them} in the adapter config so PEFT trains and saves {them}: `LoraConfig(..., modules_to_save=[{targets}])`, and delete the unfreezing{line}.")
 }
 
 /// PEFT's freeze of `t`, if PEFT froze it.
@@ -240,6 +295,32 @@ mod tests {
         let report = s.report();
         assert!(
             report.findings.iter().all(|f| f.code != "GS102"),
+            "{:#?}",
+            report.findings
+        );
+    }
+
+    #[test]
+    fn a_head_unfrozen_after_the_optimizer_was_built_never_changes() {
+        let mut s = peft(&[30, 31]);
+        s.capture.optimizers[0].params = vec![20];
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Warning);
+        let m = &f[0].message;
+        assert!(
+            m.contains("after the optimizer was built: no optimizer holds them"),
+            "{m}"
+        );
+        assert!(f[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("modules_to_save=[\"head\"]"));
+        // Told once, here, not again as parameters no optimizer holds.
+        let report = s.report();
+        assert!(
+            report.findings.iter().all(|f| f.code != "GS106"),
             "{:#?}",
             report.findings
         );

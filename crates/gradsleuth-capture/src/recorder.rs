@@ -662,7 +662,7 @@ impl Recorder {
         by_owner: bool,
     ) {
         let loc = self.loc(site);
-        let package = via.and_then(crate::site::package_of);
+        let package = via.and_then(gradsleuth_model::package_of);
         if value {
             self.frozen.remove(&key);
             if let Some(f) = self.library_frozen.get_mut(&key) {

@@ -12,6 +12,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use gradsleuth_model::finding::PACKAGE_DIRS;
+
 /// Stdlib modules whose frames only forward calls.
 const FORWARDING: &[&str] = &["runpy.py", "contextlib.py", "functools.py"];
 
@@ -46,20 +48,6 @@ pub enum Code {
     Library(Arc<str>, Arc<str>),
     /// The user's own code: (absolute file, qualified name).
     User(Arc<str>, Arc<str>),
-}
-
-/// Path segments of installed packages' folders.
-const PACKAGE_DIRS: &[&str] = &["/site-packages/", "/dist-packages/"];
-
-/// The installed package code in `file` belongs to: the folder (or module) right under
-/// `site-packages`/`dist-packages` (`peft` for `.../site-packages/peft/tuners/lora/model.py`).
-pub fn package_of(file: &str) -> Option<&str> {
-    let rest = PACKAGE_DIRS
-        .iter()
-        .find_map(|d| file.rfind(d).map(|i| &file[i + d.len()..]))?;
-    let top = rest.split(['/', '\\']).next()?;
-    let top = top.strip_suffix(".py").unwrap_or(top);
-    (!top.is_empty()).then_some(top)
 }
 
 /// Decides which code is the user's, by file path.
@@ -140,17 +128,6 @@ impl CodeFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_library_file_names_its_package() {
-        let lib = "/v/lib/python3.11/site-packages/peft/tuners/tuners_utils.py";
-        assert_eq!(package_of(lib), Some("peft"));
-        assert_eq!(
-            package_of("/usr/lib/python3/dist-packages/six.py"),
-            Some("six")
-        );
-        assert_eq!(package_of("/home/u/train.py"), None);
-    }
 
     #[test]
     fn library_and_forwarding_frames_are_skipped() {

@@ -116,6 +116,21 @@ impl Location {
     }
 }
 
+/// Path segments of installed packages' folders.
+pub const PACKAGE_DIRS: &[&str] = &["/site-packages/", "/dist-packages/"];
+
+/// The installed package code in `file` belongs to: the folder (or module) right under
+/// `site-packages`/`dist-packages` (`peft` for `.../site-packages/peft/tuners/lora/model.py`);
+/// None for the user's own code.
+pub fn package_of(file: &str) -> Option<&str> {
+    let rest = PACKAGE_DIRS
+        .iter()
+        .find_map(|d| file.rfind(d).map(|i| &file[i + d.len()..]))?;
+    let top = rest.split(['/', '\\']).next()?;
+    let top = top.strip_suffix(".py").unwrap_or(top);
+    (!top.is_empty()).then_some(top)
+}
+
 /// Another place in the causal chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Related {
@@ -248,6 +263,17 @@ impl Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_library_file_names_its_package() {
+        let lib = "/v/lib/python3.11/site-packages/peft/tuners/tuners_utils.py";
+        assert_eq!(package_of(lib), Some("peft"));
+        assert_eq!(
+            package_of("/usr/lib/python3/dist-packages/six.py"),
+            Some("six")
+        );
+        assert_eq!(package_of("/home/u/train.py"), None);
+    }
 
     #[test]
     fn category_names_match_the_schema() {

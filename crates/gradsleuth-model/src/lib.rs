@@ -22,7 +22,7 @@ pub mod report;
 pub mod run_config;
 
 pub use capture::{Capture, CaptureError};
-pub use finding::{Category, Explanation, Finding, Location, Related, Severity};
+pub use finding::{package_of, Category, Explanation, Finding, Location, Related, Severity};
 pub use report::{ParamRow, ParamStatus, Report, ReportError};
 pub use run_config::RunConfig;
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use gradsleuth_capture::{Code, CodeFilter, Site};
 use pyo3::prelude::*;
-
-type Loc3 = (Option<String>, Option<u32>, Option<String>);
 use rustc_hash::FxHashMap;
+
+use crate::Loc3;
 
 /// Walks frames, skipping everything that is not user code (decided by
 /// `gradsleuth_capture::CodeFilter`, once per code object).
@@ -128,7 +128,7 @@ impl Frames {
 
     /// `(file, line, function)` of the innermost user frame at or above `frame`
     /// (`(None, None, None)` when there is none).
-    fn site(&mut self, frame: Bound<'_, PyAny>) -> (Option<String>, Option<u32>, Option<String>) {
+    fn site(&mut self, frame: Bound<'_, PyAny>) -> Loc3 {
         match self.0.walk(frame, 1).into_iter().next() {
             Some((s, _)) => (
                 Some(s.file.to_string()),
@@ -169,10 +169,7 @@ impl Frames {
     /// `(file, line, function)` of the innermost frame at or above `frame` that is the user's
     /// or an installed library's (not torch's or gradsleuth's): where an op actually ran, for
     /// `watch`'s NaN origin, whose replayed forward has no user line of its own to show.
-    fn inner_site(
-        &mut self,
-        frame: Bound<'_, PyAny>,
-    ) -> (Option<String>, Option<u32>, Option<String>) {
+    fn inner_site(&mut self, frame: Bound<'_, PyAny>) -> Loc3 {
         match self.0.walk(frame, 1).into_iter().next() {
             Some((s, _)) => {
                 let s = s.via.as_deref().unwrap_or(&s);

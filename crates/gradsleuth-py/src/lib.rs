@@ -26,7 +26,8 @@ mod probe;
 mod report;
 mod watch;
 
-type Loc3 = (Option<String>, Option<u32>, Option<String>);
+/// `(file, line, function)` as Python passes a site.
+pub(crate) type Loc3 = (Option<String>, Option<u32>, Option<String>);
 
 /// A closed set's member from its schema name (`"detach"`, `"forward"`...).
 fn closed<T: serde::de::DeserializeOwned>(what: &str, name: &str) -> PyResult<T> {

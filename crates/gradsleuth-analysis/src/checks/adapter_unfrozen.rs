@@ -5,8 +5,10 @@
 //! (`TensorRec::library_freeze`). Only PEFT's freezes are a statement of intent this check
 //! holds the script to: its config says what trains and what `save_pretrained` keeps.
 
+use std::collections::HashSet;
+
 use gradsleuth_model::capture::{LibraryFreeze, TensorKind, TensorRec};
-use gradsleuth_model::{Finding, Location, Severity};
+use gradsleuth_model::{package_of, Finding, Location, Severity};
 
 use super::{describe, module_name, plural, Check, Described};
 use crate::Context;
@@ -22,12 +24,32 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .iter()
             .filter(|(t, f)| f.visible && t.kind == TensorKind::Param)
     };
+    // Models that still hold a module of PEFT's own (an adapter layer, its wrapper): after
+    // `merge_and_unload()` none is left, and training the plain model in full is a choice.
+    let peft_roots: HashSet<u64> = ctx
+        .capture
+        .modules
+        .iter()
+        .filter(|m| {
+            m.class_def
+                .as_ref()
+                .is_some_and(|l| package_of(&l.file) == Some(PACKAGE))
+        })
+        .filter_map(|m| m.root)
+        .collect();
+    let in_peft_model = |t: &TensorRec| {
+        t.module
+            .and_then(|m| ctx.capture.module(m))
+            .and_then(|m| m.root)
+            .is_some_and(|r| peft_roots.contains(&r))
+    };
     // Everything PEFT froze: the base, still frozen or not.
     let froze = params().filter(|(t, _)| ours(t).is_some()).count();
     let unfrozen: Vec<u64> = params()
         .filter(|(t, _)| {
             t.requires_grad
                 && ours(t).is_some_and(|f| f.unfrozen_at.is_some())
+                && in_peft_model(t)
                 && !ctx.is_claimed(t.key)
         })
         .map(|(t, _)| t.key)
@@ -135,15 +157,33 @@ fn run(ctx: &Context) -> Vec<Finding> {
     let mut names = super::names(ctx, &trained);
     names.extend(super::names(ctx, &stray));
     names.extend(super::names(ctx, &idle));
-    vec![CHECK
+    let mut f = CHECK
         .finding(severity, said.join(" "))
-        .at(unfrozen_at)
+        .at(unfrozen_at.clone())
         .related(
             frozen_at,
             "where PEFT froze them (its config: only the adapters and `modules_to_save` train)",
-        )
-        .fix(fix.unwrap_or_default())
-        .params(names)]
+        );
+    // Every other line that unfroze some of them.
+    let mut seen: Vec<(String, u32)> = unfrozen_at
+        .iter()
+        .map(|l| (l.file.clone(), l.line))
+        .collect();
+    for k in &unfrozen {
+        let Some(l) = ctx
+            .facts
+            .rec(*k)
+            .and_then(ours)
+            .and_then(|f| f.unfrozen_at.as_ref())
+        else {
+            continue;
+        };
+        if !seen.contains(&(l.file.clone(), l.line)) {
+            seen.push((l.file.clone(), l.line));
+            f = f.related(ctx.locate(Some(l)), "unfrozen here too");
+        }
+    }
+    vec![f.fix(fix.unwrap_or_default()).params(names)]
 }
 
 /// Pronouns and verbs for one parameter or several.
@@ -210,7 +250,11 @@ mod tests {
     /// a classifier; `unfreeze`: the parameters the script set back to trainable at line 12.
     fn peft(unfreeze: &[u64]) -> Scenario {
         let mut s = healthy(2);
-        s.module(3, "Linear", "lora", Some(1), ModuleKind::Registered, 2);
+        s.module(3, "Linear", "lora", Some(1), ModuleKind::Registered, 2)
+            .class_def = Some(Location::new(
+            "/v/lib/python3.11/site-packages/peft/tuners/lora/layer.py",
+            1,
+        ));
         s.module(4, "Linear", "head", Some(1), ModuleKind::Registered, 2);
         s.param(20, "lora.weight", 3);
         for (k, name) in [(30, "head.weight"), (31, "head.bias")] {
@@ -256,6 +300,21 @@ mod tests {
             .unwrap()
             .contains("modules_to_save=[\"head\"]"));
         assert_eq!(f[0].params, ["head.weight", "head.bias"]);
+    }
+
+    #[test]
+    fn each_line_that_unfroze_some_of_them_is_shown() {
+        let mut s = peft(&[30, 31]);
+        let bias = s.capture.tensors.iter_mut().find(|t| t.key == 31).unwrap();
+        bias.library_freeze.as_mut().unwrap().unfrozen_at = Some(Location::new("train.py", 14));
+        let f = s.run(&CHECK);
+        let lines: Vec<(u32, &str)> = f[0]
+            .related
+            .iter()
+            .map(|r| (r.location.line, r.message.as_str()))
+            .collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[1], (14, "unfrozen here too"));
     }
 
     #[test]
@@ -330,6 +389,13 @@ mod tests {
     fn peft_s_own_config_and_unfreezing_outside_peft_stay_quiet() {
         // Nothing unfrozen: the adapter trains as configured.
         assert!(peft(&[]).run(&CHECK).is_empty());
+        // Merged back into a plain model (`merge_and_unload()`): no PEFT module is left.
+        let mut s = peft(&[10, 11, 30, 31]);
+        s.capture
+            .modules
+            .iter_mut()
+            .for_each(|m| m.class_def = None);
+        assert!(s.run(&CHECK).is_empty());
         // Unfrozen after a freeze by the script itself or by another library.
         for package in ["", "lightning"] {
             let mut s = peft(&[30, 31]);

@@ -234,7 +234,7 @@ pub fn graph_inputs(graph: &gradsleuth_model::capture::GraphRec) -> Vec<Vec<u32>
 
 /// Code of an installed package, not the user's.
 pub fn is_library(file: &str) -> bool {
-    file.contains("/site-packages/") || file.contains("/dist-packages/")
+    gradsleuth_model::package_of(file).is_some()
 }
 
 /// The module's display name: its qualified name, or its class for a root.

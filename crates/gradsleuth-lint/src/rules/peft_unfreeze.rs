@@ -142,6 +142,11 @@ fn visit(ck: &mut Checker, body: &[Stmt], models: &mut Vec<String>) {
             models.push(m);
             continue;
         }
+        // Rebound to something else (`model = model.merge_and_unload()`): a plain model now.
+        if let Stmt::Assign(a) = s {
+            let rebound: Vec<String> = a.targets.iter().filter_map(dotted).collect();
+            models.retain(|m| !rebound.contains(m));
+        }
         if !models.is_empty() {
             unfreezes(ck, s, models);
         }
@@ -248,6 +253,8 @@ mod tests {
             "model.requires_grad_(False)\n",
             // Another model.
             "teacher.requires_grad_(True)\n",
+            // Merged back into a plain model first.
+            "model = model.merge_and_unload()\nmodel.requires_grad_(True)\n",
         ] {
             assert!(codes(&format!("{HEAD}{body}")).is_empty(), "{body}");
         }

@@ -458,10 +458,10 @@ def test_what_peft_froze_and_the_script_unfroze_is_told_at_the_unfreeze(tmp_path
     """PEFT's config says what trains and what `save_pretrained` keeps: a head unfrozen by
     hand trains and is lost on save (or, unfrozen after the optimizer was built, never
     changes), a base unfrozen whole fine-tunes in full (warnings at the user's unfreezing line,
-    PEFT's freeze as related); unfreezing only the original PEFT routes
-    around is info, not an "unused module" error. PEFT's own unfreezing (`bias="all"`) and
-    unfreezing outside PEFT (the `control_progressive_unfreeze` case) stay quiet. Lint (GS325)
-    flags the same lines."""
+    PEFT's freeze as related); unfreezing only the original PEFT routes around is info, not an
+    "unused module" error. PEFT's own unfreezing (`bias="all"`), an adapter loaded for inference
+    whose own weights the script unfreezes, and unfreezing outside PEFT (the
+    `control_progressive_unfreeze` case) stay quiet. Lint (GS325) flags the same lines."""
     script = HERE / "peft_unfrozen_by_script.py"
     report = _run(tmp_path, script, "--shape", "head")
     [f] = _loud(report)
@@ -483,8 +483,9 @@ def test_what_peft_froze_and_the_script_unfroze_is_told_at_the_unfreeze(tmp_path
     assert not _loud(report), report["findings"]
     [f] = [f for f in report["findings"] if f["code"] == "GS111"]
     assert f["severity"] == "info" and "PEFT runs the trainable copy" in f["message"]
-    report = _run(tmp_path, script, "--shape", "bias")
-    assert not _loud(report) and all(f["code"] != "GS111" for f in report["findings"]), report["findings"]
+    for args in (("--shape", "bias"), ()):
+        report = _run(tmp_path, script if args else HERE / "peft_adapter_reloaded_control.py", *args)
+        assert not _loud(report) and all(f["code"] != "GS111" for f in report["findings"]), report["findings"]
     # Lint reads the same two unfreezing lines; the control PEFT script stays clean.
     proc = run_gradsleuth("lint", "--isolated", "--format", "json", script)
     assert [(g["code"], g["location"]["line"]) for g in report_of(proc.stdout)["findings"]] == [

@@ -43,6 +43,27 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .and_then(|m| m.root)
             .is_some_and(|r| peft_roots.contains(&r))
     };
+    // PEFT keeps each adapter's own weights in containers keyed by the adapter's name inside
+    // its layers (`query.lora_A.default`, `classifier.modules_to_save.default`): what it trains
+    // and saves. Unfreezing those (an adapter loaded for inference, trained on) is the config;
+    // the base layer and a `modules_to_save` original sit in PEFT's layer directly.
+    let adapter_weight = |t: &TensorRec| {
+        let mut m = t.module.and_then(|k| ctx.capture.module(k));
+        for _ in 0..64 {
+            let Some(cur) = m else { return false };
+            let parent = cur.parent.and_then(|k| ctx.capture.module(k));
+            let peft_parent = parent.is_some_and(|p| {
+                p.class_def
+                    .as_ref()
+                    .is_some_and(|l| package_of(&l.file) == Some(PACKAGE))
+            });
+            if peft_parent && matches!(cur.class.as_str(), "ModuleDict" | "ParameterDict") {
+                return true;
+            }
+            m = parent;
+        }
+        false
+    };
     // Everything PEFT froze: the base, still frozen or not.
     let froze = params().filter(|(t, _)| ours(t).is_some()).count();
     let unfrozen: Vec<u64> = params()
@@ -50,6 +71,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             t.requires_grad
                 && ours(t).is_some_and(|f| f.unfrozen_at.is_some())
                 && in_peft_model(t)
+                && !adapter_weight(t)
                 && !ctx.is_claimed(t.key)
         })
         .map(|(t, _)| t.key)
@@ -389,6 +411,37 @@ mod tests {
     fn peft_s_own_config_and_unfreezing_outside_peft_stay_quiet() {
         // Nothing unfrozen: the adapter trains as configured.
         assert!(peft(&[]).run(&CHECK).is_empty());
+        // An adapter's own weights (in PEFT's per-adapter container) unfrozen by hand: an
+        // adapter loaded for inference, trained on.
+        let mut s = peft(&[]);
+        s.module(
+            5,
+            "ModuleDict",
+            "lora.lora_A",
+            Some(3),
+            ModuleKind::Registered,
+            2,
+        );
+        s.module(
+            6,
+            "Linear",
+            "lora.lora_A.default",
+            Some(5),
+            ModuleKind::Registered,
+            2,
+        );
+        let t = s.param(21, "lora.lora_A.default.weight", 6);
+        t.library_freeze = Some(LibraryFreeze {
+            package: "peft".into(),
+            at: Some(Location::new("train.py", 9)),
+            unfrozen_at: Some(Location::new("train.py", 12)),
+        });
+        s.capture.optimizers[0].params.push(21);
+        s.capture
+            .backwards
+            .iter_mut()
+            .for_each(|b| b.reached.push(21));
+        assert!(s.run(&CHECK).is_empty());
         // Merged back into a plain model (`merge_and_unload()`): no PEFT module is left.
         let mut s = peft(&[10, 11, 30, 31]);
         s.capture

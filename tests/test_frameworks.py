@@ -496,6 +496,15 @@ def test_what_peft_froze_and_the_script_unfroze_is_told_at_the_unfreeze(tmp_path
     assert proc.returncode == 0 and not report_of(proc.stdout)["findings"]
 
 
+def test_adapters_on_a_module_whose_output_nothing_uses_are_named_with_the_configs_fix(tmp_path):
+    report = _run(tmp_path, HERE / "peft_adapter_on_unused_output.py")
+    assert not _loud(report), report["findings"]
+    [f] = [f for f in report["findings"] if f["code"] == "GS102"]
+    assert f["severity"] == "info" and "The adapters PEFT put on `pooler.dense` therefore never train" in f["message"]
+    assert "out of the adapter config's `target_modules`" in f["fix"]
+    assert sorted(f["params"]) == [f"encoder.pooler.dense.lora_{ab}.default.weight" for ab in "AB"]
+
+
 def test_a_fresh_head_frozen_while_the_layers_below_train_is_a_warning_at_the_freeze(tmp_path):
     """Freezing judged by intent: a layer not loaded with the rest of the model's weights
     (torch's `load_state_dict`, transformers' `from_pretrained`) frozen by the user's filter or

@@ -10,13 +10,10 @@ use std::collections::HashSet;
 use gradsleuth_model::capture::{LibraryFreeze, TensorKind, TensorRec};
 use gradsleuth_model::{package_of, Finding, Location, Severity};
 
-use super::{describe, module_name, plural, Check, Described};
+use super::{adapter_layer, describe, module_name, plural, Check, Described, PEFT};
 use crate::Context;
 
 pub const CHECK: Check = Check { code: "GS111", run };
-
-/// The library whose freezes state the training's intent (its adapter config).
-const PACKAGE: &str = "peft";
 
 fn run(ctx: &Context) -> Vec<Finding> {
     let params = || {
@@ -33,7 +30,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .filter(|m| {
             m.class_def
                 .as_ref()
-                .is_some_and(|l| package_of(&l.file) == Some(PACKAGE))
+                .is_some_and(|l| package_of(&l.file) == Some(PEFT))
         })
         .filter_map(|m| m.root)
         .collect();
@@ -43,27 +40,6 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .and_then(|m| m.root)
             .is_some_and(|r| peft_roots.contains(&r))
     };
-    // PEFT keeps each adapter's own weights in containers keyed by the adapter's name inside
-    // its layers (`query.lora_A.default`, `classifier.modules_to_save.default`): what it trains
-    // and saves. Unfreezing those (an adapter loaded for inference, trained on) is the config;
-    // the base layer and a `modules_to_save` original sit in PEFT's layer directly.
-    let adapter_weight = |t: &TensorRec| {
-        let mut m = t.module.and_then(|k| ctx.capture.module(k));
-        for _ in 0..64 {
-            let Some(cur) = m else { return false };
-            let parent = cur.parent.and_then(|k| ctx.capture.module(k));
-            let peft_parent = parent.is_some_and(|p| {
-                p.class_def
-                    .as_ref()
-                    .is_some_and(|l| package_of(&l.file) == Some(PACKAGE))
-            });
-            if peft_parent && matches!(cur.class.as_str(), "ModuleDict" | "ParameterDict") {
-                return true;
-            }
-            m = parent;
-        }
-        false
-    };
     // Everything PEFT froze: the base, still frozen or not.
     let froze = params().filter(|(t, _)| ours(t).is_some()).count();
     let unfrozen: Vec<u64> = params()
@@ -71,7 +47,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             t.requires_grad
                 && ours(t).is_some_and(|f| f.unfrozen_at.is_some())
                 && in_peft_model(t)
-                && !adapter_weight(t)
+                && adapter_layer(ctx, t).is_none()
                 && !ctx.is_claimed(t.key)
         })
         .map(|(t, _)| t.key)
@@ -254,7 +230,7 @@ fn name_in_config(
 
 /// PEFT's freeze of `t`, if PEFT froze it.
 fn ours(t: &TensorRec) -> Option<&LibraryFreeze> {
-    t.library_freeze.as_ref().filter(|f| f.package == PACKAGE)
+    t.library_freeze.as_ref().filter(|f| f.package == PEFT)
 }
 
 /// " at line N" for a location, or nothing.

@@ -232,6 +232,32 @@ pub fn graph_inputs(graph: &gradsleuth_model::capture::GraphRec) -> Vec<Vec<u32>
     inputs
 }
 
+/// PEFT's package: its freezes state the training's intent (its adapter config), its layers
+/// hold the adapters.
+pub const PEFT: &str = "peft";
+
+/// The PEFT layer holding `t` as one of an adapter's own weights, if it is one: PEFT keeps
+/// each adapter's weights in containers keyed by the adapter's name inside its layers
+/// (`query.lora_A.default`, `classifier.modules_to_save.default`), which is what it trains and
+/// saves; the base layer and a `modules_to_save` original sit in PEFT's layer directly.
+pub fn adapter_layer<'a>(ctx: &'a Context, t: &TensorRec) -> Option<&'a ModuleRec> {
+    let mut m = t.module.and_then(|k| ctx.capture.module(k));
+    for _ in 0..64 {
+        let cur = m?;
+        let parent = cur.parent.and_then(|k| ctx.capture.module(k));
+        let peft_parent = parent.filter(|p| {
+            p.class_def
+                .as_ref()
+                .is_some_and(|l| gradsleuth_model::package_of(&l.file) == Some(PEFT))
+        });
+        if peft_parent.is_some() && matches!(cur.class.as_str(), "ModuleDict" | "ParameterDict") {
+            return peft_parent;
+        }
+        m = parent;
+    }
+    None
+}
+
 /// Code of an installed package, not the user's.
 pub fn is_library(file: &str) -> bool {
     gradsleuth_model::package_of(file).is_some()

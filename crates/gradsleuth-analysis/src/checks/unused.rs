@@ -420,12 +420,38 @@ fn unused_output(
             .map_or_else(String::new, |o| {
                 format!(" of `{}` ({})", module_name(o), o.class)
             });
+        // PEFT adapters the config put on it never train: say so, with the config's fix.
+        let mut layers: Vec<String> = Vec::new();
+        for k in &keys {
+            if let Some(l) = ctx.facts.rec(*k).and_then(|t| super::adapter_layer(ctx, t)) {
+                // As `target_modules` names it: inside the model, without the root's name.
+                let root = l
+                    .root
+                    .and_then(|r| ctx.capture.module(r))
+                    .map(|r| format!("{}.", r.name));
+                let name = module_name(l);
+                let name = root
+                    .and_then(|r| name.strip_prefix(r.as_str()).map(str::to_owned))
+                    .unwrap_or(name);
+                if !layers.contains(&name) {
+                    layers.push(name);
+                }
+            }
+        }
+        let shown = &layers;
+        let (adapters, fix) = match layers.is_empty() {
+            true => (String::new(), "Nothing to fix if you do not need this output; to skip computing it, build the model without it if the library allows (for BERT-like models, `add_pooling_layer=False`).".to_owned()),
+            false => (
+                format!(" The adapters PEFT put on {} therefore never train.", super::name_list(shown)),
+                format!("Leave {} out of the adapter config's `target_modules` (a suffix such as `\"dense\"` matches every module ending in it), or use this output in the loss.", super::name_list(shown)),
+            ),
+        };
         CHECK
             .finding(
                 Severity::Info,
-                format!("{what} runs in forward, but no op uses its output: the loss is built from other outputs{owner}, so it gets no gradient. This is the library model's design when only part of its output is used."),
+                format!("{what} runs in forward, but no op uses its output: the loss is built from other outputs{owner}, so it gets no gradient. This is the library model's design when only part of its output is used.{adapters}"),
             )
-            .fix("Nothing to fix if you do not need this output; to skip computing it, build the model without it if the library allows (for BERT-like models, `add_pooling_layer=False`).")
+            .fix(fix)
     } else {
         CHECK
             .finding(

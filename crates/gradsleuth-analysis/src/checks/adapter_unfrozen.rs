@@ -8,9 +8,9 @@
 use std::collections::HashSet;
 
 use gradsleuth_model::capture::{LibraryFreeze, TensorKind, TensorRec};
-use gradsleuth_model::{package_of, Finding, Location, Severity};
+use gradsleuth_model::{Finding, Location, Severity};
 
-use super::{adapter_layer, describe, module_name, plural, Check, Described, PEFT};
+use super::{adapter_layer, describe, is_peft_class, module_name, plural, Check, Described, PEFT};
 use crate::Context;
 
 pub const CHECK: Check = Check { code: "GS111", run };
@@ -27,11 +27,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .capture
         .modules
         .iter()
-        .filter(|m| {
-            m.class_def
-                .as_ref()
-                .is_some_and(|l| package_of(&l.file) == Some(PEFT))
-        })
+        .filter(|m| is_peft_class(m))
         .filter_map(|m| m.root)
         .collect();
     let in_peft_model = |t: &TensorRec| {

@@ -245,17 +245,20 @@ pub fn adapter_layer<'a>(ctx: &'a Context, t: &TensorRec) -> Option<&'a ModuleRe
     for _ in 0..64 {
         let cur = m?;
         let parent = cur.parent.and_then(|k| ctx.capture.module(k));
-        let peft_parent = parent.filter(|p| {
-            p.class_def
-                .as_ref()
-                .is_some_and(|l| gradsleuth_model::package_of(&l.file) == Some(PEFT))
-        });
+        let peft_parent = parent.filter(|p| is_peft_class(p));
         if peft_parent.is_some() && matches!(cur.class.as_str(), "ModuleDict" | "ParameterDict") {
             return peft_parent;
         }
         m = parent;
     }
     None
+}
+
+/// A module of a class PEFT defines (one of its layers or wrappers).
+pub fn is_peft_class(m: &ModuleRec) -> bool {
+    m.class_def
+        .as_ref()
+        .is_some_and(|l| gradsleuth_model::package_of(&l.file) == Some(PEFT))
 }
 
 /// Code of an installed package, not the user's.

@@ -438,12 +438,11 @@ fn unused_output(
                 }
             }
         }
-        let shown = &layers;
         let (adapters, fix) = match layers.is_empty() {
             true => (String::new(), "Nothing to fix if you do not need this output; to skip computing it, build the model without it if the library allows (for BERT-like models, `add_pooling_layer=False`).".to_owned()),
             false => (
-                format!(" The adapters PEFT put on {} therefore never train.", super::name_list(shown)),
-                format!("Leave {} out of the adapter config's `target_modules` (a suffix such as `\"dense\"` matches every module ending in it), or use this output in the loss.", super::name_list(shown)),
+                format!(" The adapters PEFT put on {} therefore never train.", super::name_list(&layers)),
+                format!("Leave {} out of the adapter config's `target_modules` (a suffix such as `\"dense\"` matches every module ending in it), or use this output in the loss.", super::name_list(&layers)),
             ),
         };
         CHECK

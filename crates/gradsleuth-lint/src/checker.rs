@@ -198,6 +198,12 @@ pub fn disables_grad(expr: &Expr) -> bool {
 }
 
 /// The called name of a call, e.g. `torch.tensor`, `self.register_buffer`.
+/// The source text of `node`.
+pub fn text_of<'s>(source: &'s str, node: &impl Ranged) -> &'s str {
+    let r = node.range();
+    &source[r.start().to_usize()..r.end().to_usize()]
+}
+
 pub fn call_name(expr: &Expr) -> Option<String> {
     match expr {
         Expr::Call(c) => dotted(&c.func),

@@ -240,6 +240,15 @@ mod tests {
     use crate::checks::testing::{healthy, Scenario};
     use gradsleuth_model::capture::ModuleKind;
 
+    /// PEFT's freeze at line 9 of the script, unfrozen by the script at line 12 or not.
+    fn peft_freeze(unfrozen: bool) -> LibraryFreeze {
+        LibraryFreeze {
+            package: "peft".into(),
+            at: Some(Location::new("train.py", 9)),
+            unfrozen_at: unfrozen.then(|| Location::new("train.py", 12)),
+        }
+    }
+
     /// `fc` is PEFT's base (frozen by `get_peft_model` at line 9), `lora` its adapter, `head`
     /// a classifier; `unfreeze`: the parameters the script set back to trainable at line 12.
     fn peft(unfreeze: &[u64]) -> Scenario {
@@ -254,16 +263,11 @@ mod tests {
         for (k, name) in [(30, "head.weight"), (31, "head.bias")] {
             s.param(k, name, 4);
         }
-        let freeze = |unfrozen: bool| LibraryFreeze {
-            package: "peft".into(),
-            at: Some(Location::new("train.py", 9)),
-            unfrozen_at: unfrozen.then(|| Location::new("train.py", 12)),
-        };
         for t in &mut s.capture.tensors {
             if [10, 11, 30, 31].contains(&t.key) {
                 let unfrozen = unfreeze.contains(&t.key);
                 t.requires_grad = unfrozen;
-                t.library_freeze = Some(freeze(unfrozen));
+                t.library_freeze = Some(peft_freeze(unfrozen));
             }
         }
         let trainable: Vec<u64> = [20].into_iter().chain(unfreeze.iter().copied()).collect();
@@ -403,11 +407,7 @@ mod tests {
             2,
         );
         let t = s.param(21, "lora.lora_A.default.weight", 6);
-        t.library_freeze = Some(LibraryFreeze {
-            package: "peft".into(),
-            at: Some(Location::new("train.py", 9)),
-            unfrozen_at: Some(Location::new("train.py", 12)),
-        });
+        t.library_freeze = Some(peft_freeze(true));
         s.capture.optimizers[0].params.push(21);
         s.capture
             .backwards

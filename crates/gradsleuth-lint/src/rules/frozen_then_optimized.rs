@@ -3,7 +3,7 @@
 use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
-use crate::checker::{call_name, dotted, Checker};
+use crate::checker::{call_name, dotted, text_of, Checker};
 
 pub const RULE: Rule = Rule { code: "GS315" };
 
@@ -17,8 +17,7 @@ fn freezes(s: &Stmt, source: &str) -> Option<String> {
         },
         _ => return None,
     };
-    let r = ruff_text_size::Ranged::range(s);
-    let text = &source[r.start().to_usize()..r.end().to_usize()];
+    let text = text_of(source, s);
     (text.contains("requires_grad = False")
         || text.contains("requires_grad=False")
         || text.contains("requires_grad_(False)"))

@@ -3,7 +3,7 @@
 use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
-use crate::checker::{call_name, Checker};
+use crate::checker::{call_name, text_of, Checker};
 
 pub const RULE: Rule = Rule { code: "GS312" };
 
@@ -34,10 +34,7 @@ pub fn report_cut(ck: &mut Checker, cut: &crate::flow::FlowCut) {
 
 /// Called with a function body: flags grad calls without create_graph if backward follows.
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
-    let text_has_backward = |s: &Stmt| {
-        let r = ruff_text_size::Ranged::range(s);
-        ck.source[r.start().to_usize()..r.end().to_usize()].contains(".backward(")
-    };
+    let text_has_backward = |s: &Stmt| text_of(ck.source, s).contains(".backward(");
     let mut found: Vec<&Expr> = Vec::new();
     for (i, s) in body.iter().enumerate() {
         let values: Vec<&Expr> = match s {

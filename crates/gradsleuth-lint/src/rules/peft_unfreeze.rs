@@ -5,10 +5,9 @@
 //! already made trainable and is left alone.
 
 use ruff_python_ast::{Expr, Stmt};
-use ruff_text_size::Ranged;
 
 use super::Rule;
-use crate::checker::{call_name, dotted, Checker};
+use crate::checker::{call_name, dotted, text_of, Checker};
 
 pub const RULE: Rule = Rule { code: "GS325" };
 
@@ -95,9 +94,7 @@ fn sets_trainable<'a>(body: &'a [Stmt], var: &str, source: &str, out: &mut Vec<&
                 out.push(s);
             }
             Stmt::If(i) => {
-                let test =
-                    &source[i.test.range().start().to_usize()..i.test.range().end().to_usize()];
-                let lower = test.to_ascii_lowercase();
+                let lower = text_of(source, i.test.as_ref()).to_ascii_lowercase();
                 if !ADAPTER_WORDS.iter().any(|w| lower.contains(w)) {
                     sets_trainable(&i.body, var, source, out);
                 }

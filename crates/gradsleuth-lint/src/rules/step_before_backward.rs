@@ -3,13 +3,12 @@
 use ruff_python_ast::Stmt;
 
 use super::Rule;
-use crate::checker::Checker;
+use crate::checker::{text_of, Checker};
 
 pub const RULE: Rule = Rule { code: "GS313" };
 
 fn method_calls(ck: &Checker, s: &Stmt) -> (bool, bool) {
-    let r = ruff_text_size::Ranged::range(s);
-    let text = &ck.source[r.start().to_usize()..r.end().to_usize()];
+    let text = text_of(ck.source, s);
     (
         text.contains(".step(") && !text.contains("scheduler") && !text.contains("sched."),
         text.contains(".backward("),

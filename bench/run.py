@@ -739,22 +739,25 @@ def _program_times(script, package=None):
 
 def _program_ratios(times, phases, skip=5, before=4):
     """The four ratios of one run. The tracer's windows (`op-level k`, `cheap k`, `after k`):
-    op-level and cheap tier each over the median of the `before` iterations just before their
-    window (this machine drifts by several percent over seconds), averaged over the windows;
-    after removal = the windows' "after" iterations (their first two skipped) over the plain
-    ones before the first window; watch steady = the mean of the watched iterations over the
-    mean of the plain ones interleaved with them."""
+    op-level = its first iteration over the median of the `before` iterations just before the
+    window (this machine drifts by several percent over seconds); cheap tier = the median of
+    its iterations over the median of the plain ones around them (those `before` and the
+    window's "after" ones but their first two), averaged over the windows; after removal = the
+    windows' "after" iterations (their first two skipped) over the plain ones before the first
+    window; watch steady = the mean of the watched iterations over the mean of the plain ones
+    interleaved with them."""
     plain = statistics.median(t for i, (t, p) in enumerate(zip(times, phases)) if p == "plain" and i >= skip)
     op_level, cheap, after = [], [], []
     k = 0
     while f"op-level {k}" in phases:
         start = phases.index(f"op-level {k}")
-        ref = statistics.median(times[max(skip, start - before) : start])
-        op_level.append(times[start] / ref)
+        ahead = times[max(skip, start - before) : start]
+        op_level.append(times[start] / statistics.median(ahead))
         window = [t for t, p in zip(times, phases) if p == f"cheap {k}"]
+        later = [t for t, p in zip(times, phases) if p == f"after {k}"][2:]
         if window:
-            cheap.append(statistics.mean(window) / ref)
-        after += [t for t, p in zip(times, phases) if p == f"after {k}"][2:]
+            cheap.append(statistics.median(window) / statistics.median(ahead + later))
+        after += later
         k += 1
     block = 4  # watch: the blocks after its first (which includes its first sight of the optimizers)
     on = [t for t, p in zip(times, phases) if p == "watch"][block:]
@@ -774,9 +777,9 @@ def bench_programs(rounds=5, against=None):
     between processes by more than the effects measured (the same plain iteration took 64-80
     ms in four processes in a row, and two processes run side by side on its two cores
     differed by up to 27%). Per run, over the tracer's three windows: op-level = its first
-    iteration, cheap tier = the rest of its window, each over the iterations just before the
-    window; after removal = the iterations after its hooks are removed, over the plain ones
-    before the first window; watch steady = the mean of iterations under
+    iteration over the iterations just before the window, cheap tier = the median of the rest
+    of its window over the plain iterations around it; after removal = the iterations after its
+    hooks are removed, over the plain ones before the first window; watch steady = the mean of iterations under
     `gradsleuth.watch()` over the mean of the plain ones interleaved with them, in blocks of 4
     (a mean: the sampled update-ratio step counts). The median over `rounds` runs is printed.
 

@@ -716,7 +716,7 @@ class Tracer:
                 if self._last_call.get(key) != self._root_call:
                     first_run = key not in self._last_call
                     self._last_call[key] = self._root_call
-                    self.rec.module_ran(key, torch.is_grad_enabled())
+                    self.rec.module_ran(key, torch.is_grad_enabled(), not self._sharded and _swapped(module))
                     if first_run:
                         self.rec.module_site(key, site_of(sys._getframe(1)))
         except Exception as e:  # noqa: BLE001 - never break the user's forward
@@ -1689,6 +1689,17 @@ def unwrapped_name(root) -> Callable[[str], str]:
     and around its layers named away (in Rust: `gradsleuth_capture::names`)."""
     wrap = wrapper_prefix(root)
     return lambda name: unwrapped(name, wrap)
+
+
+def _swapped(module) -> bool:
+    """Whether `module` runs on tensors put in place of its parameters: `_parameters` holds
+    only `nn.Parameter`s, except while `torch.func.functional_call` (or
+    `torch.nn.utils.stateless`, a meta-learning library's functional update) writes the
+    tensors it was given there."""
+    for t in module._parameters.values():  # a loop, not any(...): run per module per step
+        if t is not None and t.__class__ is not nn.Parameter and not isinstance(t, nn.Parameter):
+            return True
+    return False
 
 
 def _owner_model(module, frame):

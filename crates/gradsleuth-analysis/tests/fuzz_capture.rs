@@ -26,9 +26,10 @@ fn module() -> impl Strategy<Value = ModuleRec> {
         0u32..5,
         loc(),
         0u8..4,
+        0u32..5,
     )
         .prop_map(
-            |(k, root, parent, name, runs, no_grad, def, kind)| ModuleRec {
+            |(k, root, parent, name, runs, no_grad, def, kind, stateless)| ModuleRec {
                 key: k,
                 class: "Linear".into(),
                 root,
@@ -45,6 +46,7 @@ fn module() -> impl Strategy<Value = ModuleRec> {
                 forward_def: def,
                 runs,
                 runs_no_grad: no_grad,
+                runs_stateless: stateless,
                 first_call: None,
                 instances: runs,
                 assigned_at: None,

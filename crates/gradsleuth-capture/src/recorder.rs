@@ -206,12 +206,16 @@ impl Recorder {
         });
     }
 
-    /// A module ran (counted once per root call by the tracer).
-    pub fn module_ran(&mut self, key: u64, grad_enabled: bool) {
+    /// A module ran (counted once per root call by the tracer); `stateless`: on tensors put in
+    /// place of its own parameters.
+    pub fn module_ran(&mut self, key: u64, grad_enabled: bool, stateless: bool) {
         if let Some(m) = self.module_mut(key) {
             m.runs += 1;
             if !grad_enabled {
                 m.runs_no_grad += 1;
+            }
+            if stateless {
+                m.runs_stateless += 1;
             }
         }
     }
@@ -869,16 +873,21 @@ mod tests {
             ..Default::default()
         };
         r.module(m.clone());
-        r.module_ran(7, true);
-        r.module_ran(7, false);
+        r.module_ran(7, true, false);
+        r.module_ran(7, false, true);
         r.module(ModuleInfo {
             name: "head.fc".into(),
             ..m
         });
         let rec = &r.capture.modules[0];
         assert_eq!(
-            (rec.runs, rec.runs_no_grad, rec.name.as_str()),
-            (2, 1, "head.fc")
+            (
+                rec.runs,
+                rec.runs_no_grad,
+                rec.runs_stateless,
+                rec.name.as_str()
+            ),
+            (2, 1, 1, "head.fc")
         );
         assert_eq!(r.capture.modules.len(), 1);
     }

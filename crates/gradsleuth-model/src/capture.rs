@@ -382,6 +382,10 @@ pub struct ModuleRec {
     /// Of those, how many ran with gradient recording disabled.
     #[serde(default)]
     pub runs_no_grad: u32,
+    /// Of those, how many ran on tensors put in place of its own parameters
+    /// (`torch.func.functional_call`, `torch.nn.utils.stateless`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runs_stateless: u32,
     /// Where it was first called from (user frame): the line in its parent's `forward`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_call: Option<Location>,
@@ -968,6 +972,11 @@ impl Capture {
     pub fn optimizer(&self, key: u64) -> Option<&OptimizerRec> {
         self.optimizers.iter().find(|o| o.key == key)
     }
+}
+
+/// serde: a zero count is left out (captures without it read as zero).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

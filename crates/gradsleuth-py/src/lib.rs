@@ -156,9 +156,11 @@ impl Recorder {
         });
     }
 
-    /// A module ran (counted once per root call by the tracer).
-    fn module_ran(&mut self, key: u64, grad_enabled: bool) {
-        self.inner.module_ran(key, grad_enabled);
+    /// A module ran (counted once per root call by the tracer); `stateless`: on tensors put in
+    /// place of its own parameters (`torch.func.functional_call`).
+    #[pyo3(signature = (key, grad_enabled, stateless = false))]
+    fn module_ran(&mut self, key: u64, grad_enabled: bool, stateless: bool) {
+        self.inner.module_ran(key, grad_enabled, stateless);
     }
 
     fn root_call(&mut self) {

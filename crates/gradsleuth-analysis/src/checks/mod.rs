@@ -16,6 +16,7 @@ pub mod buffer_not_param;
 pub mod compiled_region;
 pub mod fixed_model;
 pub mod frozen;
+pub mod functional_template;
 pub mod graph_cut;
 pub mod inplace;
 pub mod no_backward;
@@ -53,6 +54,7 @@ impl Check {
 /// Every check, in the order they run (specific first, catch-all last).
 pub const ALL: &[Check] = &[
     no_backward::CHECK,
+    functional_template::CHECK,
     fixed_model::CHECK,
     compiled_region::CHECK,
     non_leaf_param::CHECK,

@@ -597,9 +597,11 @@ class Tracer:
                 self._deep_since = self.rec.backward_count
             self._mode = _make_op_mode(self._oplog, self.rec)
             self._mode.__enter__()
+            _show_parameters(self._mode)
             if not torch.is_grad_enabled():
                 self._oplog.grad_disabled_at_start()
         except Exception as e:  # noqa: BLE001 - without it we still have the cheap tier
+            _show_parameters(None)
             self._mode = None
             self._deep = False
             self.rec.note(f"op-level capture unavailable: {type(e).__name__}: {e}")
@@ -610,6 +612,7 @@ class Tracer:
         mode, self._mode = self._mode, None
         if mode is not None:
             mode.passive = True
+            _show_parameters(None)
             self._pending_pop.append(mode)
         self._pop_pending()
 
@@ -1794,6 +1797,33 @@ def _variable_name(module, frame):
     except Exception:  # noqa: BLE001
         return None
     return None
+
+
+_PARAMETER_NEW = nn.Parameter.__dict__["__new__"]
+
+
+def _parameter(data, requires_grad, cls=nn.Parameter):
+    return _PARAMETER_NEW.__func__(cls, data, requires_grad)
+
+
+_parameter.__qualname__ = "nn.Parameter"
+
+
+def _show_parameters(mode):
+    """While `mode` records (None: no longer), `nn.Parameter(t)` reaches it as an op: making a
+    Parameter calls no torch function a mode sees, and `nn.Parameter(h)` of an activation
+    copies it into a new leaf, cutting what made it off the loss. The Parameter made is the
+    same either way."""
+    if mode is None:
+        nn.Parameter.__new__ = _PARAMETER_NEW
+        return
+
+    def __new__(cls, data=None, requires_grad=True):
+        if not isinstance(data, torch.Tensor) or mode.passive:
+            return _PARAMETER_NEW.__func__(cls, data, requires_grad)
+        return mode.__torch_function__(_parameter, (), (data, requires_grad), {"cls": cls})
+
+    nn.Parameter.__new__ = staticmethod(__new__)
 
 
 def _make_op_mode(log, rec):

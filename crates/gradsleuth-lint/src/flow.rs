@@ -1283,7 +1283,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         };
         match name.as_str() {
             "torch.tensor" | "torch.as_tensor" | "torch.Tensor" | "torch.FloatTensor"
-            | "torch.LongTensor" => {
+            | "torch.LongTensor" | "nn.Parameter" | "torch.nn.Parameter" => {
                 let d = self.all(c.arguments.args.iter(), fr);
                 self.all(c.arguments.keywords.iter().map(|k| &k.value), fr);
                 return d.cut_all(CutKind::Rewrap, e.range(), &fr.path);

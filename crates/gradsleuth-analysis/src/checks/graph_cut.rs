@@ -229,7 +229,10 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             name_list(&names)
         };
         let op = cut.op.trim_start_matches("Tensor.");
-        let op = if cut.op.starts_with("Tensor.") {
+        let op = if op == "__array__" {
+            // NumPy reading the tensor itself (`np.asarray(t)`, or a NumPy function given it).
+            "np.asarray()".to_owned()
+        } else if cut.op.starts_with("Tensor.") {
             format!(".{op}()")
         } else {
             cut.op.clone()

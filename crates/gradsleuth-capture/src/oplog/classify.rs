@@ -8,7 +8,8 @@ pub enum Kind {
     Plain,
     Detach,
     Data,
-    /// `.item()`, `.tolist()`, `.numpy()`: the value leaves autograd as a Python object.
+    /// `.item()`, `.tolist()`, `.numpy()`, NumPy reading a tensor (`Tensor.__array__`): the
+    /// value leaves autograd as a Python object.
     ValueExit,
     /// `torch.tensor`, `torch.as_tensor`, `torch.from_numpy`, `Tensor.new_tensor`.
     Construct,
@@ -139,13 +140,17 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
         "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
         | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__" | "__bool__"
         | "data_ptr" | "get_device" => Kind::Ignore,
-        "item" | "tolist" | "numpy" => Kind::ValueExit,
+        // `__array__`: NumPy reading a tensor (`np.asarray(t)`, `np.tanh(t)`), as `.numpy()`.
+        "item" | "tolist" | "numpy" | "__array__" => Kind::ValueExit,
         "grad" if qual == "grad" => Kind::AutogradGrad,
         "clamp" | "clamp_" | "clip" | "clip_" | "clamp_min" | "clamp_max" | "hardtanh"
         | "hardtanh_" | "relu6" | "threshold" | "where" | "masked_fill" | "masked_fill_" => {
             Kind::Saturating
         }
-        "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" => Kind::Construct,
+        // `Parameter`: `nn.Parameter(t)`, shown to the mode by the tracer.
+        "tensor" | "as_tensor" | "from_numpy" | "new_tensor" | "asarray" | "Parameter" => {
+            Kind::Construct
+        }
         "_set_grad_enabled" | "set_grad_enabled" => Kind::GradMode,
         "requires_grad_" | "requires_grad.__set__" => Kind::RequiresGrad,
         _ if NON_DIFF.contains(&base) => Kind::NonDiff,
@@ -198,6 +203,9 @@ mod tests {
             Kind::Construct
         );
         assert_eq!(classify("_set_grad_enabled", None).kind, Kind::GradMode);
+        assert_eq!(classify("nn.Parameter", None).kind, Kind::Construct);
+        let c = classify("Tensor.__array__", None);
+        assert_eq!((&*c.name, c.kind), ("Tensor.__array__", Kind::ValueExit));
         // torch 2.1–2.2 name the base class `_TensorBase`.
         let c = classify("_TensorBase.detach", None);
         assert_eq!((&*c.name, c.kind), ("Tensor.detach", Kind::Detach));

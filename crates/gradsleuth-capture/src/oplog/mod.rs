@@ -718,13 +718,25 @@ impl<K, N> OpLog<K, N> {
             && outputs.iter().all(|o| {
                 !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
             });
+        // A tensor that needs grad copied into a new leaf that needs grad as well
+        // (`torch.tensor(t, requires_grad=True)`, `nn.Parameter(t)`): the copy gets the
+        // gradient, what it was made from none.
+        let rewrapped_leaf = kind == Kind::Construct
+            && out_needs_grad
+            && !needs_grad.is_empty()
+            && outputs.iter().all(|o| {
+                !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
+            });
         // Inside a custom Function's forward its backward decides the gradient (a reentrant
         // checkpoint over inputs that need none excepted: its output has no history).
         let inside_function = self.functions > 0 && self.checkpoint.is_empty();
         if kind != Kind::Ignore
             && !inside_function
             && !needs_grad.is_empty()
-            && (value_exit || leaf_view || (!outputs.is_empty() && !out_needs_grad))
+            && (value_exit
+                || leaf_view
+                || rewrapped_leaf
+                || (!outputs.is_empty() && !out_needs_grad))
         {
             let grad_enabled = h.grad_enabled()?;
             let mut related = Vec::new();
@@ -1272,10 +1284,11 @@ impl<K, N> OpLog<K, N> {
                 if left.is_empty() {
                     break;
                 }
-                // Only NumPy exits: Python scalars and lists are followed value by value.
+                // Only NumPy exits (`.numpy()`, or NumPy reading the tensor itself through
+                // `__array__`): Python scalars and lists are followed value by value.
                 if cut.soft
                     || cut.kind != Category::NumpyRoundtrip
-                    || !cut.op.ends_with("numpy")
+                    || !(cut.op.ends_with("numpy") || cut.op.ends_with("__array__"))
                     || order_has(&self.loss_taint, id)
                 {
                     continue;

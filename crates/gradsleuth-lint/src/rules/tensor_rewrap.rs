@@ -1,4 +1,5 @@
-//! GS318: a module's output re-wrapped with `torch.tensor(t)` / `torch.as_tensor(t)`.
+//! GS318: a module's output re-wrapped with `torch.tensor(t)` / `torch.as_tensor(t)`, or made
+//! a new leaf with `nn.Parameter(t)`.
 
 use super::{report_cut, Rule};
 use crate::checker::Checker;
@@ -11,7 +12,7 @@ pub fn report(ck: &mut Checker, cut: &FlowCut) {
         ck,
         &RULE,
         cut,
-        "a `torch.tensor(...)`/`torch.as_tensor(...)` copy",
+        "a `torch.tensor(...)`/`torch.as_tensor(...)`/`nn.Parameter(...)` copy",
         "Use the tensor itself (`t.to(dtype)`, `torch.stack(list_of_tensors)`) instead of re-wrapping it.",
     );
 }
@@ -24,6 +25,12 @@ mod tests {
     fn flags_rewrapped_features() {
         let src = "import torch\nimport torch.nn as nn\nstage1 = nn.Linear(10, 16)\nstage2 = nn.Linear(16, 2)\nopt = torch.optim.Adam(list(stage1.parameters()) + list(stage2.parameters()))\n\ndef forward(x):\n    feats = torch.tensor(stage1(x), dtype=torch.float32)\n    return stage2(feats)\n\nfor x, y in data:\n    loss = nn.functional.cross_entropy(forward(x), y)\n    loss.backward()\n";
         assert_eq!(codes(src), vec![("GS318".into(), 8)]);
+    }
+
+    #[test]
+    fn flags_a_computed_value_made_a_parameter_in_forward() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.w = nn.Parameter(torch.randn(4, 4))\n        self.enc = nn.Linear(4, 4)\n        self.head = nn.Linear(4, 1)\n\n    def forward(self, x):\n        p = nn.Parameter(self.enc(self.w))\n        return self.head(x @ p)\n\nmodel = M()\nopt = torch.optim.Adam(model.parameters())\nfor x, y in data:\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS318".into(), 12)]);
     }
 
     #[test]

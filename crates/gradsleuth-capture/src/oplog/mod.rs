@@ -678,7 +678,10 @@ impl<K, N> OpLog<K, N> {
         Self::tensors(h, &call.out, &mut outputs);
         let mut out_needs_grad = false;
         for o in &outputs {
-            let needs = h.requires_grad(o)?;
+            // Inside `vmap` an output is a batched wrapper that says it needs no grad; the
+            // tensor it wraps records the graph.
+            let needs =
+                h.requires_grad(o)? || wrapped(h, o).any(|u| h.requires_grad(&u).unwrap_or(false));
             out_needs_grad |= needs;
             // An in-place op (or one returning its input) makes nothing new: the op just used
             // that tensor.

@@ -2,7 +2,7 @@
 //! recorded; where a parameter's influence stops reaching the loss, the op and its line are
 //! known. Each category is its own check (code, doc, message, fix); they share one runner.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use gradsleuth_model::capture::{CHECKPOINT_OP, INSIDE_LIBRARY};
 use gradsleuth_model::{Category, Finding, Severity};
@@ -171,12 +171,35 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             None => merged.push((site, cut, cut.params.clone())),
         }
     }
+    // A parameter a hard cut (a detach, `.data`, a no_grad block, a rewrap, a NumPy round
+    // trip) already cuts off: a non-differentiable op on its way too is not why it does not
+    // learn (with the hard cut fixed, it does): the mask of `torch.where(h > 0, h.detach(),
+    // ...)`, the shape-only `other` of `.view_as(h)`.
+    let hard: HashSet<u64> = if category == Category::NonDifferentiable {
+        ctx.capture
+            .cuts
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.kind,
+                    Category::Detach
+                        | Category::DataAttr
+                        | Category::NoGrad
+                        | Category::Rewrap
+                        | Category::NumpyRoundtrip
+                )
+            })
+            .flat_map(|c| c.params.iter().copied())
+            .collect()
+    } else {
+        HashSet::new()
+    };
     for (_, cut, params) in merged {
         // Only parameters that never learned (not claimed by a more specific check).
         let mut keys: Vec<u64> = params
             .iter()
             .copied()
-            .filter(|k| !ctx.is_claimed_before_cuts(*k))
+            .filter(|k| !ctx.is_claimed_before_cuts(*k) && !hard.contains(k))
             .filter(|k| {
                 ctx.facts.get(*k).is_some_and(|f| {
                     // Any cut explains exactly zero gradients of what it names (the capture
@@ -423,6 +446,28 @@ mod tests {
         assert_eq!(codes, vec!["GS201"], "{r:?}");
         assert_eq!(r.findings[0].params, vec!["fc.bias"]);
         assert!(detach_naming_the_bias(false).report().findings.is_empty());
+    }
+
+    /// A non-differentiable op beside a hard cut of the same parameter (the mask of
+    /// `torch.where(h > 0, h.detach(), ...)`) is not a second reason: one error, the detach's.
+    #[test]
+    fn a_non_differentiable_op_beside_a_hard_cut_is_not_told() {
+        let mut s = detach_naming_the_bias(true);
+        s.capture.cuts.push(CutRec {
+            kind: Category::NonDifferentiable,
+            op: "Tensor.gt".into(),
+            location: Some(Location::new("train.py", 12)),
+            params: vec![11],
+            step: 1,
+            ..Default::default()
+        });
+        let r = s.report();
+        let codes: Vec<&str> = r.findings.iter().map(|f| f.code.as_str()).collect();
+        assert_eq!(codes, vec!["GS201"], "{r:?}");
+        // Alone, it is told.
+        s.capture.cuts.remove(0);
+        let codes: Vec<String> = s.report().findings.into_iter().map(|f| f.code).collect();
+        assert_eq!(codes, vec!["GS207"]);
     }
 
     /// The chain's nodes lead to one parameter: the chain names that one, and never puts

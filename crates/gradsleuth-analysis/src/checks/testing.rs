@@ -170,6 +170,14 @@ impl Scenario {
     pub fn report(&self) -> gradsleuth_model::Report {
         crate::analyze(&self.capture)
     }
+
+    /// The full analysis says nothing above info.
+    pub fn quiet(&self) -> bool {
+        self.report()
+            .findings
+            .iter()
+            .all(|f| f.severity == gradsleuth_model::Severity::Info)
+    }
 }
 
 /// A healthy model: `Net` with `fc` (weight, bias) trained by one Adam for `steps` steps.

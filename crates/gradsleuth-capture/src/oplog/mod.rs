@@ -710,6 +710,12 @@ impl<K, N> OpLog<K, N> {
         let mut site: Option<Option<Site>> = None;
         let value_exit = kind == Kind::ValueExit;
         let input_ptrs: FxHashSet<usize> = inputs.iter().map(|t| h.addr(t)).collect();
+        // Every output a new tensor without history (read last: a node read per output).
+        let new_leaves = |h: &H| {
+            outputs.iter().all(|o| {
+                !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
+            })
+        };
         // A view made with recording off (`logits.reshape(...)` under `no_grad`) still says it
         // requires grad, but it has no history: backward stops at it as at a leaf.
         // (Not an in-place op on the input itself: `p.normal_()` under `no_grad` initialises.)
@@ -718,18 +724,12 @@ impl<K, N> OpLog<K, N> {
             && !needs_grad.is_empty()
             && matches!(kind, Kind::Plain | Kind::Saturating | Kind::NonDiff)
             && !h.grad_enabled()?
-            && outputs.iter().all(|o| {
-                !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
-            });
+            && new_leaves(h);
         // A tensor that needs grad copied into a new leaf that needs grad as well
         // (`torch.tensor(t, requires_grad=True)`, `nn.Parameter(t)`): the copy gets the
         // gradient, what it was made from none.
-        let rewrapped_leaf = kind == Kind::Construct
-            && out_needs_grad
-            && !needs_grad.is_empty()
-            && outputs.iter().all(|o| {
-                !input_ptrs.contains(&h.addr(o)) && h.grad_fn(o).is_ok_and(|g| g.is_none())
-            });
+        let rewrapped_leaf =
+            kind == Kind::Construct && out_needs_grad && !needs_grad.is_empty() && new_leaves(h);
         // Inside a custom Function's forward its backward decides the gradient (a reentrant
         // checkpoint over inputs that need none excepted: its output has no history).
         let inside_function = self.functions > 0 && self.checkpoint.is_empty();

@@ -10,7 +10,9 @@ use std::collections::HashSet;
 use gradsleuth_model::capture::{LibraryFreeze, TensorKind, TensorRec};
 use gradsleuth_model::{Finding, Location, Severity};
 
-use super::{adapter_layer, describe, is_peft_class, module_name, plural, Check, Described, PEFT};
+use super::{
+    adapter_layer, describe, is_peft_class, model_of, module_name, plural, Check, Described, PEFT,
+};
 use crate::Context;
 
 pub const CHECK: Check = Check { code: "GS111", run };
@@ -30,12 +32,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         .filter(|m| is_peft_class(m))
         .filter_map(|m| m.root)
         .collect();
-    let in_peft_model = |t: &TensorRec| {
-        t.module
-            .and_then(|m| ctx.capture.module(m))
-            .and_then(|m| m.root)
-            .is_some_and(|r| peft_roots.contains(&r))
-    };
+    let in_peft_model = |t: &TensorRec| model_of(ctx, t).is_some_and(|r| peft_roots.contains(&r));
     // Everything PEFT froze: the base, still frozen or not.
     let froze = params().filter(|(t, _)| ours(t).is_some()).count();
     let unfrozen: Vec<u64> = params()

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use gradsleuth_model::{Finding, Severity};
 
-use super::{plural, Check};
+use super::{model_of, plural, Check};
 use crate::Context;
 
 pub const CHECK: Check = Check { code: "GS190", run };
@@ -15,11 +15,7 @@ pub const CHECK: Check = Check { code: "GS190", run };
 pub fn fixed_models(ctx: &Context) -> HashSet<u64> {
     let mut stats: HashMap<u64, (bool, bool)> = HashMap::new();
     for (t, f) in ctx.facts.iter() {
-        let Some(root) = t
-            .module
-            .and_then(|m| ctx.capture.module(m))
-            .and_then(|m| m.root)
-        else {
+        let Some(root) = model_of(ctx, t) else {
             continue;
         };
         let e = stats.entry(root).or_insert((true, true));
@@ -42,14 +38,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let keys: Vec<u64> = ctx
             .facts
             .iter()
-            .filter(|(t, f)| {
-                f.visible
-                    && t.requires_grad
-                    && t.module
-                        .and_then(|m| ctx.capture.module(m))
-                        .and_then(|m| m.root)
-                        == Some(root)
-            })
+            .filter(|(t, f)| f.visible && t.requires_grad && model_of(ctx, t) == Some(root))
             .map(|(t, _)| t.key)
             .collect();
         if keys.is_empty() {

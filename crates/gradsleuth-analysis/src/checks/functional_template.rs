@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use gradsleuth_model::{Finding, Severity};
 
-use super::{names, Check};
+use super::{model_of, names, Check};
 use crate::Context;
 
 pub const CHECK: Check = Check { code: "GS192", run };
@@ -70,13 +70,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let finding = if optimized {
             // The rest of the model learning (a hypernetwork's weight swapped in, the
             // optimizer given all of `model.parameters()`): a dead entry, not a dead model.
-            let rest_learns = ctx.facts.iter().any(|(t, f)| {
-                f.learns()
-                    && t.module
-                        .and_then(|m| ctx.capture.module(m))
-                        .and_then(|m| m.root)
-                        == Some(root)
-            });
+            let rest_learns = ctx
+                .facts
+                .iter()
+                .any(|(t, f)| f.learns() && model_of(ctx, t) == Some(root));
             CHECK
                 .finding(
                     if rest_learns { Severity::Warning } else { Severity::Error },

@@ -197,6 +197,13 @@ pub fn describe<'a>(ctx: &'a Context, keys: &[u64]) -> Described<'a> {
     }
 }
 
+/// The model (root module) a tensor belongs to.
+pub fn model_of(ctx: &Context, t: &TensorRec) -> Option<u64> {
+    t.module
+        .and_then(|m| ctx.capture.module(m))
+        .and_then(|m| m.root)
+}
+
 /// Names of tensors, in capture order.
 pub fn names(ctx: &Context, keys: &[u64]) -> Vec<String> {
     keys.iter()

@@ -1,7 +1,8 @@
 """The case corpus: tests/cases/<name>/train.py with expected.json.
 
 Each buggy case must produce a finding of the expected category, naming exactly the expected
-parameters, located at the expected line of train.py; nothing else at warning or error level.
+parameters, located at the expected line of train.py (and, where `says` lists phrases, each of
+them in its message or fix); nothing else at warning or error level.
 Controls (`"control": true`) must produce no warning and no error. Cases run under the real
 `gradsleuth run`, two at a time.
 """
@@ -21,6 +22,8 @@ def _matches(finding, want):
     if "params" in want and sorted(finding.get("params", [])) != sorted(want["params"]):
         return False
     if "severity" in want and finding["severity"] != want["severity"]:
+        return False
+    if "says" in want and any(s not in finding["message"] + " " + (finding.get("fix") or "") for s in want["says"]):
         return False
     if "line" in want:
         loc = finding.get("location") or {}

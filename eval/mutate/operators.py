@@ -50,6 +50,9 @@ OPERATORS = {
         Operator("no_grad", "no_grad", "code"),
         Operator("inference_mode", "no_grad", "code", expect_error=True, error="Inference tensors"),
         Operator("set_grad_enabled", "no_grad", "code"),
+        # A value drawn with `Distribution.sample()` (meant: `rsample()`): torch turns
+        # recording off inside the call; lint cannot tell a REINFORCE draw from this.
+        Operator("sample", "no_grad", "code", static=False),
         Operator("rewrap", "rewrap", "code"),
         Operator("tolist", "numpy_roundtrip", "code"),
         Operator("numpy", "numpy_roundtrip", "code"),
@@ -283,6 +286,8 @@ def apply_code(op: str, source: str, fn, stmt: ast.Assign, file: str, grad_mod: 
         return after(f"{x} = {T}.tensor({x}.tolist(), dtype={x}.dtype, device={x}.device)")
     if op == "numpy":
         return after(f"{x} = {T}.from_numpy({x}.detach().cpu().float().numpy()).to({x}.dtype)")
+    if op == "sample":
+        return after(f"{x} = {T}.distributions.Normal({x}, 1e-6).sample()")
     if op == "round":
         return after(f"{x} = {x}.round()")
     if op == "argmax":

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use gradsleuth_capture::oplog::{Call, Host, InplaceTarget, SeqKind};
+use gradsleuth_capture::oplog::{Call, Callee, Host, InplaceTarget, SeqKind};
 use gradsleuth_capture::{OpLog, Recorder, Site};
 use gradsleuth_graph::GraphSource;
 use rustc_hash::FxHashMap;
@@ -57,6 +57,8 @@ struct World {
     grad_enabled: bool,
     seq: u64,
     stack: Vec<Site>,
+    /// The call the user's innermost frame is making (a step's `callee`).
+    callee: Option<Callee>,
     /// A function transform's wrapper -> the tensor it wraps (`vmap`'s batched tensors).
     inner: HashMap<usize, usize>,
 }
@@ -251,6 +253,10 @@ impl Host for Fake<'_> {
     fn inner(&self, t: &usize) -> Option<usize> {
         self.0.inner.get(t).copied()
     }
+
+    fn callee(&mut self) -> Option<Callee> {
+        self.0.callee.clone()
+    }
 }
 
 #[derive(Deserialize)]
@@ -295,6 +301,9 @@ struct Step {
     inplace_kwarg: bool,
     /// The user's frames, innermost first (lines of train.py).
     at: Vec<u32>,
+    /// `[frame, name]`: the op runs inside a call the user's innermost frame makes, the
+    /// frame (an identity; equal numbers are one frame) running code shown as `name`.
+    callee: Option<(usize, String)>,
     /// The op raised this message.
     fails: Option<String>,
     /// `loss`: a backward starts from this tensor.
@@ -401,6 +410,11 @@ fn run_fixture(path: &Path) -> Value {
             .iter()
             .map(|l| Site::new(FILE, *l, "forward"))
             .collect();
+        w.callee = step.callee.as_ref().map(|(frame, name)| Callee {
+            id: (*frame, 0),
+            name: name.clone(),
+            decorated: false,
+        });
         if let Some(m) = step.module {
             log.set_module(&Fake(&mut w), m);
         }
@@ -613,6 +627,7 @@ fn run_fixture(path: &Path) -> Value {
                 "related": c.related.iter().map(|r| json!([r.location.line, r.message])).collect::<Vec<_>>(),
                 "chain": c.chain,
                 "chain_from": c.chain_from.map(|k| key_name[&k].clone()),
+                "inside": c.inside,
             })
         })
         .collect();

@@ -628,6 +628,11 @@ pub struct CutRec {
     /// Which observed step it was recorded in (1-based).
     #[serde(default)]
     pub step: u32,
+    /// A `no_grad` cut made inside a call of torch's or a library's that turns recording off
+    /// itself (`Normal.sample`, `GenerationMixin.generate`): the call's name. The user's line
+    /// is `location`; no block of theirs is to blame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inside: Option<String>,
 }
 
 /// An in-place op on a tensor that autograd had saved, matched to the error it caused.

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use gradsleuth_capture::oplog::Callee;
 use gradsleuth_capture::{Code, CodeFilter, Site};
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
@@ -112,6 +113,71 @@ impl FrameWalker {
         }
         out
     }
+
+    /// The call the innermost user frame at or above `frame` is making
+    /// ([`gradsleuth_capture::oplog::Host::callee`]); None when `frame` is the user's.
+    pub fn callee<'py>(&mut self, frame: Bound<'py, PyAny>) -> Option<Callee> {
+        let py = frame.py();
+        // Frames of torch's and libraries' code inside the user's, innermost first.
+        let mut inner: Vec<Bound<'py, PyAny>> = Vec::new();
+        let mut frame = frame;
+        for _ in 0..200 {
+            if frame.is_none() {
+                return None;
+            }
+            let code = frame.getattr(pyo3::intern!(py, "f_code")).ok()?;
+            if matches!(self.code_info(&code), Code::User(..)) {
+                break;
+            }
+            let back = frame.getattr(pyo3::intern!(py, "f_back")).ok()?;
+            inner.push(frame);
+            frame = back;
+        }
+        let outer = inner.last()?;
+        let code_of = |f: &Bound<'py, PyAny>| f.getattr(pyo3::intern!(py, "f_code")).ok();
+        let id = (outer.as_ptr() as usize, code_of(outer)?.as_ptr() as usize);
+        let names: Vec<(String, String)> = inner
+            .iter()
+            .rev()
+            .filter_map(|f| {
+                let code = code_of(f)?;
+                let file: String = code.getattr("co_filename").ok()?.extract().ok()?;
+                let name: String = code
+                    .getattr("co_qualname")
+                    .or_else(|_| code.getattr("co_name"))
+                    .ok()?
+                    .extract()
+                    .ok()?;
+                Some((file, name))
+            })
+            .collect();
+        let shown = names
+            .iter()
+            .find(|(file, name)| !is_wrapper(file, name))
+            .or(names.first())?;
+        Some(Callee {
+            id,
+            name: shown.1.clone(),
+            decorated: names.iter().any(|(file, _)| is_decorator(file)),
+        })
+    }
+}
+
+/// Code that only passes a call on: a decorator's (`torch.no_grad()` on a function,
+/// `functools.wraps`), a context manager's, `Module.__call__`'s.
+fn is_wrapper(file: &str, name: &str) -> bool {
+    let file = file.replace('\\', "/");
+    is_decorator(&file)
+        || file.ends_with("/contextlib.py")
+        || file.ends_with("/functools.py")
+        || (file.ends_with("/torch/nn/modules/module.py")
+            && (name.ends_with("_call_impl") || name.ends_with("_wrapped_call_impl")))
+}
+
+/// torch's context decorators' code (`@torch.no_grad()`, `@torch.inference_mode()`).
+fn is_decorator(file: &str) -> bool {
+    file.replace('\\', "/")
+        .ends_with("/torch/utils/_contextlib.py")
 }
 
 /// The tracer's handle on [`FrameWalker`].

@@ -3,7 +3,7 @@
 //! `TorchFunctionMode` forwards every op of the deep step to. The analysis itself (cuts,
 //! taint, attribution) is `gradsleuth_capture::oplog`.
 
-use gradsleuth_capture::oplog::{Call, Host, InplaceTarget, SeqKind};
+use gradsleuth_capture::oplog::{Call, Callee, Host, InplaceTarget, SeqKind};
 use gradsleuth_capture::Site;
 use gradsleuth_graph::GraphSource;
 use pyo3::prelude::*;
@@ -175,6 +175,11 @@ impl<'py> Host for PyHost<'py, '_> {
                 .collect(),
             Err(_) => Vec::new(),
         }
+    }
+
+    fn callee(&mut self) -> Option<Callee> {
+        let frame = self.handles.getframe.bind(self.py).call1((0,)).ok()?;
+        self.frames.callee(frame)
     }
 
     fn func_names(&self, f: &Self::Value) -> (String, Option<String>) {

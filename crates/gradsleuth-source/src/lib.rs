@@ -173,17 +173,18 @@ impl SourceCache {
         Some(self.location(file, line))
     }
 
-    /// The line that disabled gradient recording around `line`: going up through the
-    /// enclosing function, a `with torch.no_grad()` / `inference_mode()` /
+    /// The line that disabled gradient recording around `line`: `line` itself, or going up
+    /// through the enclosing function, a `with torch.no_grad()` / `inference_mode()` /
     /// `set_grad_enabled(False)` whose block contains `line`, or a decorator of the function.
     pub fn grad_disabler(&mut self, file: &str, line: u32) -> Option<u32> {
         let lines = self.lines(file)?;
-        let disables = |l: &str| {
-            let l = strip_comment(l);
-            l.contains("no_grad")
-                || l.contains("inference_mode")
-                || l.contains("set_grad_enabled(False")
-        };
+        // The line itself: `torch.no_grad()(fn)(x)`, a one-line `with`.
+        if lines
+            .get((line as usize).wrapping_sub(1))
+            .is_some_and(|l| disables(l))
+        {
+            return Some(line);
+        }
         for i in enclosing(lines, line) {
             let t = lines[i].trim_start();
             if (t.starts_with("with ") || t.starts_with("async with ")) && disables(t) {
@@ -574,6 +575,12 @@ fn indentation(line: &str) -> usize {
     line.chars().take_while(|c| *c == ' ' || *c == '\t').count()
 }
 
+/// Whether a line of code turns gradient recording off.
+fn disables(l: &str) -> bool {
+    let l = strip_comment(l);
+    l.contains("no_grad") || l.contains("inference_mode") || l.contains("set_grad_enabled(False")
+}
+
 /// The line without a trailing `#` comment (quotes respected roughly: a `#` inside a string
 /// literal on the line is kept).
 pub fn strip_comment(line: &str) -> &str {
@@ -827,13 +834,15 @@ mod tests {
 
     #[test]
     fn finds_the_line_that_disabled_grad() {
-        let (_d, p) = file("@torch.no_grad()\ndef f(m, x):\n    return m(x)\n\ndef g(m, x):\n    y = m(x)\n    with torch.inference_mode():\n        z = m(y)\n        # comment\n        w = m(z)\n    return m(w)\n");
+        let (_d, p) = file("@torch.no_grad()\ndef f(m, x):\n    return m(x)\n\ndef g(m, x):\n    y = m(x)\n    with torch.inference_mode():\n        z = m(y)\n        # comment\n        w = m(z)\n    v = torch.no_grad()(m)(w)\n    return m(v)  # not under no_grad\n");
         let mut c = SourceCache::new();
         assert_eq!(c.grad_disabler(&p, 3), Some(1));
         assert_eq!(c.grad_disabler(&p, 8), Some(7));
         assert_eq!(c.grad_disabler(&p, 10), Some(7));
-        assert_eq!(c.grad_disabler(&p, 11), None);
+        assert_eq!(c.grad_disabler(&p, 12), None);
         assert_eq!(c.grad_disabler(&p, 6), None);
+        // The line itself turns it off (a decorator applied in place).
+        assert_eq!(c.grad_disabler(&p, 11), Some(11));
     }
 
     #[test]

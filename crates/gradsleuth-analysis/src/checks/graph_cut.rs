@@ -21,6 +21,15 @@ struct Kind {
 /// The fix for a cut made by reentrant checkpointing (GS203's [`CHECKPOINT_OP`]).
 const CHECKPOINT_FIX: &str = "Use non-reentrant checkpointing (`checkpoint(fn, x, use_reentrant=False)`; for a Hugging Face model `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})`), or make the checkpointed input require grad (`model.enable_input_require_grads()` after freezing the base model, before training adapters).";
 
+/// The fix for a cut inside a call that records no gradient by design (GS203's `inside`).
+fn inside_fix(call: &str) -> String {
+    if call.rsplit('.').next() == Some("sample") {
+        "Draw with `.rsample()`, the reparameterised sample, which keeps the gradient to the distribution's parameters; a distribution without one (`Categorical`, `Bernoulli`) needs a score-function loss (`-(reward * dist.log_prob(sample)).mean()`) or a relaxed distribution (`F.gumbel_softmax`, `RelaxedOneHotCategorical`).".to_owned()
+    } else {
+        format!("`{call}` records no gradient by design: compute what the loss needs outside it (for generated tokens, a forward pass of the model over them), or use a differentiable alternative.")
+    }
+}
+
 const KINDS: &[Kind] = &[
     Kind {
         code: "GS201",
@@ -270,7 +279,19 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         } else {
             Severity::Error
         };
-        let mut message = (kind.what)(&op, &who);
+        // Recording turned off by the library call at the user's line itself, with no block
+        // of the user's around it (`Normal(mu, std).sample()`, `model.generate(...)`).
+        let inside = cut.inside.as_deref().filter(|_| {
+            let mut source = ctx.source.borrow_mut();
+            !cut.location
+                .iter()
+                .chain(cut.related.iter().map(|r| &r.location))
+                .any(|l| source.grad_disabler(&l.file, l.line).is_some())
+        });
+        let mut message = match inside {
+            Some(call) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
+            None => (kind.what)(&op, &who),
+        };
         let mut steps = vec![cut.step];
         if learned_before {
             // The first step in which these parameters had no gradient any more.
@@ -301,10 +322,13 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         chain.extend(cut.chain[nodes..].iter().cloned());
         let checkpointed = cut.op == CHECKPOINT_OP;
         let fix = if checkpointed {
-            CHECKPOINT_FIX
+            CHECKPOINT_FIX.to_owned()
+        } else if let Some(call) = inside {
+            inside_fix(call)
         } else {
-            kind.fix
+            kind.fix.to_owned()
         };
+
         let mut f = gradsleuth_rules::registered(kind.code)
             .finding(severity, message)
             .params(names)
@@ -355,6 +379,10 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
                 ));
             }
             (at, related)
+        } else if inside.is_some() {
+            // The user's line that made the call; where inside it recording went off is the
+            // library's business (the library's own line, when installed, is related).
+            (cut.location.clone(), library.collect())
         } else if category == Category::NoGrad {
             let frames = cut.location.iter().chain(
                 cut.related

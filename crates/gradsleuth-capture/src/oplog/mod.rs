@@ -105,6 +105,31 @@ pub trait Host: GraphSource<Id = usize, Node: Clone> {
     fn inner(&self, _t: &Self::Value) -> Option<Self::Value> {
         None
     }
+    /// The call the user's innermost frame is making while the op runs: the outermost frame
+    /// of torch's or a library's code inside it (None when the user's code runs the op
+    /// itself, or when the host cannot tell).
+    fn callee(&mut self) -> Option<Callee> {
+        None
+    }
+}
+
+/// A call from the user's code into torch or a library ([`Host::callee`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Callee {
+    /// The outermost frame inside the user's, while it runs: its address and its code's.
+    pub id: (usize, usize),
+    /// What the user called, to show (`Normal.sample`, `GenerationMixin.generate`): the
+    /// first frame inward that is not a wrapper (a decorator's, `Module.__call__`'s).
+    pub name: String,
+    /// A torch context decorator (`@torch.no_grad()`) runs among those frames: the call
+    /// went through a function so decorated.
+    pub decorated: bool,
+}
+
+/// Where recording was turned off, and the call from the user's code that turned it off.
+struct GradOff {
+    site: Site,
+    callee: Option<Callee>,
 }
 
 /// One op: `func(*args, **kwargs)` returned `out`.
@@ -126,6 +151,9 @@ struct Cut<N> {
     op: Arc<str>,
     site: Option<Site>,
     related: Vec<(Site, &'static str)>,
+    /// A `no_grad` cut whose recording was turned off inside the library call the user's
+    /// line made (`Normal.sample`): that call's name.
+    inside: Option<String>,
     /// Autograd nodes of the inputs that needed grad.
     nodes: Vec<N>,
     /// Addresses of leaf inputs that needed grad (parameters used directly).
@@ -171,7 +199,7 @@ pub struct OpLog<K, N> {
     off_made: FxHashMap<usize, (Site, K)>,
     values: FxHashMap<usize, (Vec<u32>, K)>,
     cuts: Vec<Cut<N>>,
-    grad_off: Vec<Site>,
+    grad_off: Vec<GradOff>,
     created: FxHashMap<usize, Site>,
     consumed: FxHashMap<usize, Site>,
     requires_grad_set: FxHashMap<usize, Site>,
@@ -462,9 +490,13 @@ impl<K, N> OpLog<K, N> {
     }
 
     /// The grad mode when capture starts: a step that begins inside `no_grad`.
+    /// When a decorated function the user's line called turned it off
+    /// (`model.generate(...)` under `@torch.no_grad()`), that call is known; a `with` block
+    /// of the user's leaves no frame behind.
     pub fn grad_disabled_at_start<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H) {
-        if let Some(s) = h.stack(1).into_iter().next() {
-            self.grad_off.push(s);
+        if let Some(site) = h.stack(1).into_iter().next() {
+            let callee = h.callee().filter(|c| c.decorated);
+            self.grad_off.push(GradOff { site, callee });
         }
     }
 
@@ -558,6 +590,7 @@ impl<K, N> OpLog<K, N> {
             op: op.clone(),
             site,
             related,
+            inside: None,
             nodes,
             leaves,
             siblings: Vec::new(),
@@ -595,7 +628,8 @@ impl<K, N> OpLog<K, N> {
             if enabled {
                 self.grad_off.pop();
             } else if let Some(site) = h.stack(1).into_iter().next() {
-                self.grad_off.push(site);
+                let callee = h.callee();
+                self.grad_off.push(GradOff { site, callee });
             }
             return Ok(());
         }
@@ -698,7 +732,7 @@ impl<K, N> OpLog<K, N> {
             // The block that turned recording off (`inference_mode` is no grad-mode op the
             // log sees: then the op's own line, inside the block).
             let block = match self.grad_off.last() {
-                Some(b) => Some(b.clone()),
+                Some(b) => Some(b.site.clone()),
                 None => h.stack(1).into_iter().next(),
             };
             if let Some(block) = block {
@@ -742,8 +776,10 @@ impl<K, N> OpLog<K, N> {
                 || (!outputs.is_empty() && !out_needs_grad))
         {
             let grad_enabled = h.grad_enabled()?;
+            let s = h.stack(1).into_iter().next();
             let mut related = Vec::new();
             let mut op = name.clone();
+            let mut inside = None;
             let cut_kind = match kind {
                 Kind::Detach => Category::Detach,
                 Kind::Data => Category::DataAttr,
@@ -758,9 +794,24 @@ impl<K, N> OpLog<K, N> {
                     Category::NoGrad
                 }
                 _ if !grad_enabled => {
+                    // Turned off inside the call this op runs in, made at the op's own line
+                    // (`Normal(mu, std).sample()`), with recording on before it: the block is
+                    // the library's.
+                    if let [GradOff {
+                        site: off,
+                        callee: Some(c),
+                    }] = self.grad_off.as_slice()
+                    {
+                        let same_line = s
+                            .as_ref()
+                            .is_some_and(|s| s.file == off.file && s.line == off.line);
+                        if same_line && h.callee().is_some_and(|now| now.id == c.id) {
+                            inside = Some(c.name.clone());
+                        }
+                    }
                     match (self.grad_off.last(), &self.inference_block) {
-                        (Some(s), _) => {
-                            related.push((s.clone(), "gradient recording disabled here"))
+                        (Some(b), _) => {
+                            related.push((b.site.clone(), "gradient recording disabled here"))
                         }
                         // Off with no grad-mode op seen: an `inference_mode` block.
                         (None, Some(s)) => related.push((
@@ -779,9 +830,10 @@ impl<K, N> OpLog<K, N> {
                 // output does not need grad while its input does.
                 _ => Category::NonDifferentiable,
             };
-            let s = h.stack(1).into_iter().next();
             site = Some(s.clone());
-            taint.push(self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?);
+            let id = self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?;
+            self.cuts[id as usize].inside = inside;
+            taint.push(id);
         } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
             && out_needs_grad
             && !needs_grad.is_empty()
@@ -1272,6 +1324,7 @@ impl<K, N> OpLog<K, N> {
                 chain,
                 chain_from,
                 step: self.step,
+                inside: cut.inside.clone(),
             });
         }
         // Values that left autograd for NumPy or Python (`.numpy()`, `.tolist()`, `.item()`)
@@ -1319,6 +1372,7 @@ impl<K, N> OpLog<K, N> {
                     ],
                     chain_from: None,
                     step: self.step,
+                    inside: None,
                 });
             }
         }
@@ -1366,6 +1420,7 @@ impl<K, N> OpLog<K, N> {
                 ],
                 chain_from: None,
                 step: self.step,
+                inside: None,
             });
         }
         recorder.capture.cuts.extend(out);
@@ -1562,6 +1617,7 @@ impl<K, N> OpLog<K, N> {
                         outputs: Vec::new(),
                         direct: Vec::new(),
                         soft: false,
+                        inside: None,
                     });
                     union(&mut self.loss_taint, &[id]);
                 }

@@ -361,7 +361,7 @@ class Tracer:
             log = tracer._oplog
             if log is None:
                 return fn(cls, *args, **kwargs)
-            log.function_entered()
+            log.function_entered(getattr(cls, "__name__", "Function"))
             try:
                 return fn(cls, *args, **kwargs)
             finally:
@@ -1094,8 +1094,11 @@ class Tracer:
         self._hooked.add(tkey)
         rec = self.rec
 
-        def reached(_t, _key=tkey):
-            rec.reached(_key)
+        def reached(t, _key=tkey):
+            # torch runs the hook with no gradient too, when a custom Function's backward
+            # returns None for this input: nothing reached it.
+            if t.grad is not None:
+                rec.reached(_key)
 
         try:
             self._handles.append(t.register_post_accumulate_grad_hook(reached))

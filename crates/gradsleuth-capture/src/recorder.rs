@@ -649,7 +649,7 @@ impl Recorder {
             chain: Vec::new(),
             chain_from: None,
             step,
-            inside: None,
+            within: None,
         });
     }
 

@@ -275,6 +275,10 @@ struct Fixture {
     /// Parameters whose gradient was exactly zero (the soft cuts' pool).
     #[serde(default)]
     zero: Vec<String>,
+    /// Parameters the loss's graph reaches but the backward gives nothing (a custom
+    /// Function's backward returned None for their input).
+    #[serde(default)]
+    no_gradient: Vec<String>,
     expect: Value,
 }
 
@@ -295,6 +299,11 @@ struct Step {
     grad: Option<bool>,
     /// The output requires grad but is a leaf (`torch.tensor(v, requires_grad=True)`).
     leaf: bool,
+    /// A custom `autograd.Function` of this class is applied at `at` (its forward starts
+    /// before this step's op, which stands for its result).
+    function: Option<String>,
+    /// Its forward returns after this step's op.
+    function_exit: bool,
     /// The output's node name (default: the op's name + `Backward0`).
     node: Option<String>,
     shape: Vec<i64>,
@@ -457,6 +466,9 @@ fn run_fixture(path: &Path) -> Value {
             Some(false) => log.checkpoint_exited(),
             None => {}
         }
+        if let Some(name) = &step.function {
+            log.function_entered(&mut Fake(&mut w), name);
+        }
         if let Some(g) = &step.graph {
             let loss = names[g];
             log.graph(&mut Fake(&mut w), &mut recorder, &loss, &keys, 1000)
@@ -585,6 +597,9 @@ fn run_fixture(path: &Path) -> Value {
             out,
         };
         log.op(&mut Fake(&mut w), &call);
+        if step.function_exit {
+            log.function_exited();
+        }
     }
     // The backward: which parameters the losses reach (walking the world's graph).
     let mut reached: Vec<u64> = Vec::new();
@@ -605,9 +620,10 @@ fn run_fixture(path: &Path) -> Value {
         .iter()
         .map(|n| (names[n], keys[&names[n]]))
         .collect();
+    let no_gradient: Vec<u64> = fx.no_gradient.iter().map(|n| names[n] as u64).collect();
     let unreached: FxHashMap<usize, u64> = keys
         .iter()
-        .filter(|(a, _)| !reached.contains(&(**a as u64)))
+        .filter(|(a, _)| !reached.contains(&(**a as u64)) || no_gradient.contains(&(**a as u64)))
         .map(|(a, k)| (*a, *k))
         .collect();
     log.resolve(&mut Fake(&mut w), &mut recorder, &unreached, &zero);
@@ -627,7 +643,7 @@ fn run_fixture(path: &Path) -> Value {
                 "related": c.related.iter().map(|r| json!([r.location.line, r.message])).collect::<Vec<_>>(),
                 "chain": c.chain,
                 "chain_from": c.chain_from.map(|k| key_name[&k].clone()),
-                "inside": c.inside,
+                "within": c.within,
             })
         })
         .collect();

@@ -628,11 +628,23 @@ pub struct CutRec {
     /// Which observed step it was recorded in (1-based).
     #[serde(default)]
     pub step: u32,
-    /// A `no_grad` cut made inside a call of torch's or a library's that turns recording off
-    /// itself (`Normal.sample`, `GenerationMixin.generate`): the call's name. The user's line
-    /// is `location`; no block of theirs is to blame.
+    /// Where the cut happened when it is not at an op of the user's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inside: Option<String>,
+    pub within: Option<Within>,
+}
+
+/// Where a cut happened, when not at an op of the user's own ([`CutRec::within`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Within {
+    /// A `no_grad` cut inside a call of torch's or a library's that turns recording off
+    /// itself (`Normal.sample`, `GenerationMixin.generate`): the call's name. The user's line
+    /// is the cut's location; no block of theirs is to blame.
+    Call(String),
+    /// A custom `autograd.Function` (its class) whose `backward` returned no gradient for the
+    /// input the parameters reach the loss through; the cut's location is where the user's
+    /// code applied it.
+    FunctionBackward(String),
 }
 
 /// An in-place op on a tensor that autograd had saved, matched to the error it caused.

@@ -440,9 +440,11 @@ impl OpLog {
         self.log.checkpoint_exited();
     }
 
-    /// A custom `autograd.Function`'s forward starts: nothing inside is a cut.
-    fn function_entered(&mut self) {
-        self.log.function_entered();
+    /// A custom `autograd.Function` of class `name` is applied (its forward starts): nothing
+    /// inside is a cut, and its node is watched for a backward that returns no gradient.
+    fn function_entered(&mut self, py: Python<'_>, name: &str) {
+        let (log, mut host) = self.split(py);
+        log.function_entered(&mut host, name);
     }
 
     /// That forward returned.

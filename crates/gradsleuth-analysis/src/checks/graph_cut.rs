@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use gradsleuth_model::capture::{CHECKPOINT_OP, INSIDE_LIBRARY};
+use gradsleuth_model::capture::{Within, CHECKPOINT_OP, INSIDE_LIBRARY};
 use gradsleuth_model::{Category, Finding, Severity};
 
 use super::{group_by_module, module_name, name_list, plural, Check};
@@ -281,16 +281,25 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         };
         // Recording turned off by the library call at the user's line itself, with no block
         // of the user's around it (`Normal(mu, std).sample()`, `model.generate(...)`).
-        let inside = cut.inside.as_deref().filter(|_| {
+        let inside = match &cut.within {
+            Some(Within::Call(call)) => Some(call.as_str()),
+            _ => None,
+        }
+        .filter(|_| {
             let mut source = ctx.source.borrow_mut();
             !cut.location
                 .iter()
                 .chain(cut.related.iter().map(|r| &r.location))
                 .any(|l| source.grad_disabler(&l.file, l.line).is_some())
         });
-        let mut message = match inside {
-            Some(call) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
-            None => (kind.what)(&op, &who),
+        let function = match &cut.within {
+            Some(Within::FunctionBackward(name)) => Some(name.as_str()),
+            _ => None,
+        };
+        let mut message = match (inside, function) {
+            (Some(call), _) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
+            (_, Some(name)) => format!("{who}: the path to the loss runs through `{name}`, a custom `autograd.Function` whose `backward` returns no gradient (None) for that input, so these parameters never get a gradient."),
+            _ => (kind.what)(&op, &who),
         };
         let mut steps = vec![cut.step];
         if learned_before {
@@ -325,6 +334,8 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             CHECKPOINT_FIX.to_owned()
         } else if let Some(call) = inside {
             inside_fix(call)
+        } else if let Some(name) = function {
+            format!("Return a gradient from `{name}.backward` for every input of `forward` that needs one, in the order of `forward`'s arguments (None only where `ctx.needs_input_grad[i]` is False); `torch.autograd.gradcheck` compares a backward with numerical gradients.")
         } else {
             kind.fix.to_owned()
         };

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
 use gradsleuth_model::capture::{
-    CutRec, GraphNode, GraphRec, InplaceRec, CHECKPOINT_OP, INSIDE_LIBRARY,
+    CutRec, GraphNode, GraphRec, InplaceRec, Within, CHECKPOINT_OP, INSIDE_LIBRARY,
 };
 use gradsleuth_model::{Category, Related};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -126,6 +126,17 @@ pub struct Callee {
     pub decorated: bool,
 }
 
+/// A custom `autograd.Function` applied during the step (outermost ones only).
+struct FunctionCall {
+    /// The sequence number its node takes (the thread's counter when `apply` starts: the
+    /// node is made before `forward` runs).
+    seq: u64,
+    /// Where the user's code applied it.
+    site: Option<Site>,
+    /// The Function's class.
+    name: Arc<str>,
+}
+
 /// Where recording was turned off, and the call from the user's code that turned it off.
 struct GradOff {
     site: Site,
@@ -200,6 +211,9 @@ pub struct OpLog<K, N> {
     values: FxHashMap<usize, (Vec<u32>, K)>,
     cuts: Vec<Cut<N>>,
     grad_off: Vec<GradOff>,
+    function_calls: Vec<FunctionCall>,
+    /// Graph snapshot nodes that are a custom Function's: (node index, `function_calls` index).
+    function_nodes: Vec<(u32, usize)>,
     created: FxHashMap<usize, Site>,
     consumed: FxHashMap<usize, Site>,
     requires_grad_set: FxHashMap<usize, Site>,
@@ -330,6 +344,8 @@ impl<K, N> OpLog<K, N> {
             values: Default::default(),
             cuts: Vec::new(),
             grad_off: Vec::new(),
+            function_calls: Vec::new(),
+            function_nodes: Vec::new(),
             created: Default::default(),
             consumed: Default::default(),
             requires_grad_set: Default::default(),
@@ -384,6 +400,8 @@ impl<K, N> OpLog<K, N> {
         self.loss_taint.clear();
         self.loss_rewraps.clear();
         self.grad_off.clear();
+        self.function_calls.clear();
+        self.function_nodes.clear();
         self.checkpoint.clear();
         self.module_timeline.clear();
         self.current_module = None;
@@ -479,8 +497,19 @@ impl<K, N> OpLog<K, N> {
         self.checkpoint.pop();
     }
 
-    /// A custom `autograd.Function`'s forward starts (see `functions`).
-    pub fn function_entered(&mut self) {
+    /// A custom `autograd.Function` of class `name` is applied (its forward starts; see
+    /// `functions`). An outermost one is remembered with the node it makes: its backward
+    /// may return no gradient for an input that needs one.
+    pub fn function_entered<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, name: &str) {
+        if self.functions == 0 && self.function_calls.len() < 4096 {
+            if let Some(seq) = h.sequence_nr() {
+                self.function_calls.push(FunctionCall {
+                    seq,
+                    site: h.stack(1).into_iter().next(),
+                    name: Arc::from(name),
+                });
+            }
+        }
         self.functions += 1;
     }
 
@@ -1061,7 +1090,7 @@ impl<K, N> OpLog<K, N> {
     /// node types, the module that made each node (inherited from its consumer inside
     /// composite ops), the parameter key of each leaf (`keys`: leaf address -> key).
     pub fn graph<H: Host<Keeper = K, Kept = N>>(
-        &self,
+        &mut self,
         h: &mut H,
         recorder: &mut Recorder,
         loss: &H::Value,
@@ -1093,15 +1122,20 @@ impl<K, N> OpLog<K, N> {
                 rec.truncated = true;
                 break;
             }
-            let module = h
-                .node_sequence_nr(&node)
-                .and_then(|seq| self.module_at(seq))
-                .or(inherited);
+            let seq = h.node_sequence_nr(&node);
+            let module = seq.and_then(|seq| self.module_at(seq)).or(inherited);
             let param = h
                 .leaf(&node)?
                 .and_then(|addr| keys.get(&(addr as usize)).copied());
             let name = h.node_name(&node);
             let i = rec.nodes.len() as u32;
+            if let Some(call) = seq.and_then(|seq| {
+                self.function_calls
+                    .iter()
+                    .position(|c| c.seq == seq && name.starts_with(&*c.name))
+            }) {
+                self.function_nodes.push((i, call));
+            }
             index.insert(id, i);
             held.push(node.clone());
             rec.nodes.push(GraphNode {
@@ -1324,7 +1358,7 @@ impl<K, N> OpLog<K, N> {
                 chain,
                 chain_from,
                 step: self.step,
-                inside: cut.inside.clone(),
+                within: cut.inside.clone().map(Within::Call),
             });
         }
         // Values that left autograd for NumPy or Python (`.numpy()`, `.tolist()`, `.item()`)
@@ -1372,7 +1406,7 @@ impl<K, N> OpLog<K, N> {
                     ],
                     chain_from: None,
                     step: self.step,
-                    inside: None,
+                    within: None,
                 });
             }
         }
@@ -1420,7 +1454,35 @@ impl<K, N> OpLog<K, N> {
                 ],
                 chain_from: None,
                 step: self.step,
-                inside: None,
+                within: None,
+            });
+        }
+        let found = self.function_backward_cuts(recorder, unreached, &out);
+        for (call, mut params, path) in found {
+            let call = &self.function_calls[call];
+            params.sort_unstable();
+            params.dedup();
+            let here = call
+                .site
+                .as_ref()
+                .map(|s| format!(" at {}:{}", short(&s.file), s.line))
+                .unwrap_or_default();
+            let mut chain = path;
+            chain.push(format!(
+                "✂ {}Backward{here} (returns no gradient for it)",
+                call.name
+            ));
+            chain.push("loss".into());
+            out.push(CutRec {
+                kind: Category::NonDifferentiable,
+                op: format!("{}.backward", call.name),
+                location: call.site.as_ref().and_then(|s| recorder.site_location(s)),
+                related: Vec::new(),
+                params,
+                chain,
+                chain_from: None,
+                step: self.step,
+                within: Some(Within::FunctionBackward(call.name.to_string())),
             });
         }
         recorder.capture.cuts.extend(out);
@@ -1453,6 +1515,83 @@ impl<K, N> OpLog<K, N> {
             }
         }
         self.clear();
+    }
+
+    /// Parameters no cut explains that the loss's graph does reach, below a custom
+    /// Function's node: the backward ran and gave them nothing, so that Function's
+    /// `backward` returned no gradient for the input they come through (the nearest such
+    /// Function above each parameter is named).
+    fn function_backward_cuts(
+        &self,
+        recorder: &Recorder,
+        unreached: &FxHashMap<usize, u64>,
+        out: &[CutRec],
+    ) -> Vec<(usize, Vec<u64>, Vec<String>)> {
+        let (Some(graph), false) = (
+            recorder.capture.graph.as_ref(),
+            self.function_nodes.is_empty(),
+        ) else {
+            return Vec::new();
+        };
+        let claimed: FxHashSet<u64> = out.iter().flat_map(|c| c.params.iter().copied()).collect();
+        let left: FxHashSet<u64> = unreached
+            .values()
+            .copied()
+            .filter(|k| !claimed.contains(k))
+            .collect();
+        if left.is_empty() {
+            return Vec::new();
+        }
+        let n = graph.nodes.len();
+        let mut consumers: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for &(c, i) in &graph.edges {
+            if let Some(v) = consumers.get_mut(i as usize) {
+                v.push(c);
+            }
+        }
+        let function_at: FxHashMap<u32, usize> = self.function_nodes.iter().copied().collect();
+        // Per Function node: the parameters it is the nearest Function above, with the path
+        // (node names from the parameter up to it).
+        let mut found: Vec<(usize, Vec<u64>, Vec<String>)> = Vec::new();
+        for (start, node) in graph.nodes.iter().enumerate() {
+            let Some(key) = node.param.filter(|k| left.contains(k)) else {
+                continue;
+            };
+            // Breadth-first towards the loss: the first Function node met is the nearest.
+            let mut from: FxHashMap<u32, u32> = FxHashMap::default();
+            let mut queue = std::collections::VecDeque::from([start as u32]);
+            let mut hit = None;
+            while let Some(i) = queue.pop_front() {
+                if let Some(&call) = function_at.get(&i) {
+                    hit = Some((i, call));
+                    break;
+                }
+                for &c in consumers.get(i as usize).into_iter().flatten() {
+                    if c as usize != start && !from.contains_key(&c) {
+                        from.insert(c, i);
+                        queue.push_back(c);
+                    }
+                }
+            }
+            let Some((at, call)) = hit else {
+                continue;
+            };
+            let mut path = Vec::new();
+            let mut i = at;
+            while let Some(&prev) = from.get(&i) {
+                if prev as usize == start {
+                    break;
+                }
+                path.push(graph.nodes[prev as usize].name.clone());
+                i = prev;
+            }
+            path.reverse();
+            match found.iter_mut().find(|(c, _, _)| *c == call) {
+                Some((_, params, _)) => params.push(key),
+                None => found.push((call, vec![key], path)),
+            }
+        }
+        found
     }
 
     /// Matches an in-place error raised by backward to the in-place op that caused it;

@@ -1431,6 +1431,22 @@ class Tracer:
             after = dict(zip(keys, fingerprints([p.detach() for p in params])))
             self.rec.weight_changes([(k, after[k] != before[k]) for k in keys if k in before])
 
+    def _fingerprint_unstepped(self):
+        """Bit fingerprints of the parameters of optimizers that have not stepped yet, once
+        each, after a backward: if one never steps, the end of the run shows whether anything
+        else changed its weights (a manual update) or nothing did."""
+        try:
+            with own_ops():
+                for okey, ref in list(self._optimizers.items()):
+                    opt = ref()
+                    if opt is None or okey in self._bits_before:
+                        continue
+                    params = self._opt_params(opt)
+                    keys = [self.key(p) for p in params]
+                    self._bits_before[okey] = dict(zip(keys, fingerprints([p.detach() for p in params])))
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"fingerprints after backward: {type(e).__name__}: {e}")
+
     def _first_iteration_done(self) -> bool:
         """Every optimizer created so far has stepped at least once."""
         live = [k for k, r in self._optimizers.items() if r() is not None]
@@ -1551,6 +1567,8 @@ class Tracer:
         self._end_deep()
 
     def _after_backward(self):
+        if len(self._bits_before) < len(self._optimizers):
+            self._fingerprint_unstepped()
         try:
             # Gradient norms for reached tensors that no optimizer holds (optimizer-held ones
             # are measured right before their step).

@@ -45,6 +45,9 @@ pub struct TensorFacts {
     pub updates: Vec<Option<f64>>,
     /// Some optimizer step changed it.
     pub changed: bool,
+    /// Only optimizers that never stepped hold it, and its weights are bit for bit what they
+    /// were after the first backward (nothing else, a manual update, changed them either).
+    pub never_stepped: bool,
     /// Its weight norm at the last observed step.
     pub weight_norm: Option<f64>,
     pub status: ParamStatus,
@@ -149,6 +152,13 @@ impl Facts {
                     .weight_changes
                     .iter()
                     .any(|(k, c)| *k == t.key && *c);
+            let never_stepped = !optimizers.is_empty()
+                && optimizers.iter().all(|o| !steps_of.contains_key(o))
+                && !changed
+                && capture
+                    .weight_changes
+                    .iter()
+                    .any(|(k, c)| *k == t.key && !*c);
             let weight_norm = optimizers
                 .first()
                 .and_then(|o| steps_of.get(o))
@@ -168,6 +178,7 @@ impl Facts {
                 grad_norms,
                 updates,
                 changed,
+                never_stepped,
                 weight_norm,
                 status: ParamStatus::GradNone,
                 visible: (visible(t) || free) && !t.module.is_some_and(|m| uncalled.contains(&m)),
@@ -403,7 +414,13 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool, cut_off: bool) -> Para
     let seen = f.grad_norms.iter().any(Option::is_some);
     if f.grad_nonzero() {
         if !any_step {
-            return ParamStatus::Learning;
+            // No optimizer stepped: a manual update may train it, unless the optimizers that
+            // hold it never stepped and nothing changed it.
+            return if f.never_stepped {
+                ParamStatus::NotUpdated
+            } else {
+                ParamStatus::Learning
+            };
         }
         return if f.changed {
             ParamStatus::Learning

@@ -660,6 +660,11 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::stale_graph::check(self, &[], &w.body);
             }
             Stmt::With(w) => rules::backward_in_no_grad::check(self, w),
+            Stmt::Expr(e) => {
+                rules::step_not_called::check(self, e);
+                rules::backward_not_called::check(self, e);
+                rules::zero_grad_not_called::check(self, e);
+            }
             Stmt::Assign(a) => {
                 rules::unregistered::check(self, a);
                 rules::non_leaf_param::check(self, a);

@@ -19,6 +19,7 @@ pub mod frozen;
 pub mod functional_template;
 pub mod graph_cut;
 pub mod inplace;
+pub mod never_stepped;
 pub mod no_backward;
 pub mod non_leaf_param;
 pub mod optimizer_missing;
@@ -78,6 +79,7 @@ pub const ALL: &[Check] = &[
     adapter_unfrozen::CHECK,
     frozen::CHECK,
     scaler_skipped::CHECK,
+    never_stepped::CHECK,
     zero_grad_order::CHECK,
     optimizer_stale::CHECK,
     optimizer_missing::CHECK,

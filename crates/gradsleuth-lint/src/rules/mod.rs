@@ -6,6 +6,7 @@ use crate::checker::Checker;
 use crate::flow::{CutKind, FlowCut};
 
 pub mod backward_in_no_grad;
+pub mod backward_not_called;
 pub mod buffer_not_param;
 pub mod data_attr;
 pub mod detach_cut;
@@ -27,8 +28,10 @@ pub mod peft_unfreeze;
 pub mod recreated_module;
 pub mod stale_graph;
 pub mod step_before_backward;
+pub mod step_not_called;
 pub mod tensor_rewrap;
 pub mod unregistered;
+pub mod zero_grad_not_called;
 pub mod zero_grad_order;
 
 /// Modules without parameters (activations, pooling, dropout, losses): building one in
@@ -136,7 +139,35 @@ pub const ALL: &[&Rule] = &[
     &optimizer_before_replace::RULE,
     &optimizer_subset::RULE,
     &stale_graph::RULE,
+    &step_not_called::RULE,
+    &backward_not_called::RULE,
+    &zero_grad_not_called::RULE,
 ];
+
+/// A statement that is only `<receiver>.<method>` (the call's parentheses forgotten): reported
+/// under `rule` with an edit adding them.
+pub(crate) fn bare_method(
+    ck: &mut Checker,
+    stmt: &ruff_python_ast::StmtExpr,
+    method: &str,
+    rule: &Rule,
+    what: &str,
+) {
+    let ruff_python_ast::Expr::Attribute(a) = stmt.value.as_ref() else {
+        return;
+    };
+    if a.attr.id.as_str() != method {
+        return;
+    }
+    let receiver = crate::checker::text_of(ck.source, a.value.as_ref()).to_owned();
+    let loc = ck.location(stmt);
+    let end = ruff_text_size::Ranged::range(stmt).end();
+    let f = rule
+        .finding(format!("`{receiver}.{method}` {what}."))
+        .at(Some(loc))
+        .fix(format!("Call it: `{receiver}.{method}()`."));
+    ck.report_with_edit(f, ruff_text_size::TextRange::new(end, end), "()".into());
+}
 
 /// Reports a cut found by the data flow ([`crate::flow`]) under the rule for its kind.
 pub(crate) fn dispatch_cut(ck: &mut Checker, cut: &FlowCut) {

@@ -9,6 +9,72 @@ use crate::Context;
 pub const CHECK: Check = Check { code: "GS191", run };
 
 fn run(ctx: &Context) -> Vec<Finding> {
+    let mut out = compiled(ctx);
+    out.extend(scripted(ctx));
+    out
+}
+
+/// TorchScript modules (outermost ones) that ran: their ops are compiled code, unseen.
+fn scripted(ctx: &Context) -> Vec<Finding> {
+    let is_script = |m: &gradsleuth_model::capture::ModuleRec| {
+        super::SCRIPT_CLASSES.contains(&m.class.as_str())
+    };
+    let mut names: Vec<String> = Vec::new();
+    for m in &ctx.capture.modules {
+        let parent_scripted = m
+            .parent
+            .and_then(|p| ctx.capture.module(p))
+            .is_some_and(is_script);
+        // Told only where it hides something: a parameter inside that does not learn.
+        let hides = || {
+            ctx.capture.tensors.iter().any(|t| {
+                t.module.is_some_and(|k| within(ctx, k, m.key))
+                    && ctx
+                        .facts
+                        .get(t.key)
+                        .is_some_and(|f| f.visible && !f.learns())
+            })
+        };
+        if is_script(m) && !parent_scripted && m.runs > 0 && hides() {
+            let name = module_name(m);
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let listed = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (verb, region) = if names.len() == 1 {
+        ("is a TorchScript module", "its ops run as compiled code")
+    } else {
+        ("are TorchScript modules", "their ops run as compiled code")
+    };
+    vec![CHECK.finding(
+        Severity::Info,
+        format!("{listed} {verb} (`torch.jit.script`/`trace`): {region}, which gradsleuth does not instrument (a cut inside is not located to its line; the modules inside are not told as unused)."),
+    )]
+}
+
+/// Module `k` is `top` or inside it.
+fn within(ctx: &Context, k: u64, top: u64) -> bool {
+    let mut cur = Some(k);
+    for _ in 0..64 {
+        match cur {
+            Some(c) if c == top => return true,
+            Some(c) => cur = ctx.capture.module(c).and_then(|m| m.parent),
+            None => return false,
+        }
+    }
+    false
+}
+
+fn compiled(ctx: &Context) -> Vec<Finding> {
     // One finding for every compiled region: each `torch.compile(model)` call makes a new
     // wrapper, and a script that compiles the same model twice has one cause to tell.
     let wrappers: Vec<_> = ctx
@@ -92,6 +158,49 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn a_scripted_module_is_a_region_and_its_children_are_not_unused() {
+        let mut s = healthy(1);
+        s.module(
+            7,
+            "RecursiveScriptModule",
+            "enc",
+            Some(1),
+            ModuleKind::Registered,
+            1,
+        );
+        s.module(
+            8,
+            "RecursiveScriptModule",
+            "enc.l",
+            Some(7),
+            ModuleKind::Registered,
+            0,
+        );
+        s.param(20, "enc.l.weight", 8);
+        s.backward(&[10, 11], &[]);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].message.starts_with("`enc` is a TorchScript module"),
+            "{}",
+            f[0].message
+        );
+        let r = s.report();
+        assert!(
+            !r.findings.iter().any(|f| f.code == "GS102"),
+            "{:?}",
+            r.findings
+        );
+    }
+
+    #[test]
+    fn a_scripted_module_whose_parameters_learn_is_not_told() {
+        let mut s = healthy(1);
+        s.module(7, "RecursiveScriptModule", "", None, ModuleKind::Root, 1);
+        assert!(s.run(&CHECK).is_empty());
     }
 
     #[test]

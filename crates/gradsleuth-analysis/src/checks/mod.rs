@@ -33,6 +33,37 @@ pub mod watch;
 pub mod zero_behind;
 pub mod zero_grad_order;
 
+/// Classes of TorchScript modules (`torch.jit.script` / `torch.jit.trace`): their forward and
+/// their children's run as compiled code, which no Python hook or mode sees.
+pub(crate) const SCRIPT_CLASSES: &[&str] = &[
+    "RecursiveScriptModule",
+    "ScriptModule",
+    "TopLevelTracedModule",
+    "TracedModule",
+];
+
+/// `m` is a TorchScript module, or inside one, and the compiled code ran (it or an ancestor
+/// ran): whether its own forward ran is not observable.
+pub(crate) fn inside_script(ctx: &Context, m: &ModuleRec) -> bool {
+    let mut scripted = false;
+    let mut ran = false;
+    let mut cur = Some(m);
+    let mut hops = 0;
+    while let Some(c) = cur {
+        scripted |= SCRIPT_CLASSES.contains(&c.class.as_str());
+        ran |= c.runs > 0;
+        if scripted && ran {
+            return true;
+        }
+        hops += 1;
+        if hops > 64 {
+            break;
+        }
+        cur = c.parent.and_then(|p| ctx.capture.module(p));
+    }
+    false
+}
+
 /// A runtime check: its code (its name, category and documentation are the rule registry's,
 /// `gradsleuth-rules`) and what it runs.
 pub struct Check {

@@ -145,6 +145,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if other_method {
             continue;
         }
+        // Inside a TorchScript module that ran: its children run as compiled code, unseen.
+        if m.runs == 0 && super::inside_script(ctx, m) {
+            continue;
+        }
         if m.runs == 0 && !f.reached() {
             never
                 .entry(top_not_run(ctx, m, &ran_inside).key)

@@ -1232,7 +1232,13 @@ class Tracer:
                 )
             params.append(pkey)
             self._opt_keys_held.add(pkey)
-        self.rec.optimizer(okey, type(opt).__name__, self._opt_sites.get(okey, (None, None, None)), params, lrs)
+        # Group sizes only when `params` lists the groups' tensors one for one (no FSDP parts,
+        # no wrapper's copies).
+        sizes = [len(g["params"]) for g in opt.param_groups]
+        if sum(sizes) != len(params):
+            sizes = []
+        site = self._opt_sites.get(okey, (None, None, None))
+        self.rec.optimizer(okey, type(opt).__name__, site, params, lrs, group_sizes=sizes)
         return params
 
     def _opt_params(self, opt):

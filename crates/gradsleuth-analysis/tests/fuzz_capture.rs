@@ -148,6 +148,7 @@ fn capture() -> impl Strategy<Value = Capture> {
                         created_at: None,
                         params,
                         lrs: vec![0.0],
+                        group_sizes: Vec::new(),
                     })
                     .collect();
                 for (reached, grad_norms) in backwards {

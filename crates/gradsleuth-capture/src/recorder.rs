@@ -484,6 +484,7 @@ impl Recorder {
         created_at: &At,
         params: Vec<u64>,
         lrs: Vec<f64>,
+        group_sizes: Vec<u32>,
     ) {
         let created_at = self.loc(created_at);
         match self.optimizers.get(&key) {
@@ -491,6 +492,7 @@ impl Recorder {
                 let o = &mut self.capture.optimizers[i];
                 o.params = params;
                 o.lrs = lrs;
+                o.group_sizes = group_sizes;
                 if o.created_at.is_none() {
                     o.created_at = created_at;
                 }
@@ -503,6 +505,7 @@ impl Recorder {
                     created_at,
                     params,
                     lrs,
+                    group_sizes,
                 });
             }
         }
@@ -970,7 +973,7 @@ mod tests {
                 ..Default::default()
             });
         }
-        r.optimizer(9, "SGD".into(), &At::default(), vec![1], vec![0.1]);
+        r.optimizer(9, "SGD".into(), &At::default(), vec![1], vec![0.1], vec![1]);
         r.retire(1);
         r.retire(2);
         assert_eq!(r.capture.tensors[0].kind, TensorKind::Foreign);

@@ -495,6 +495,27 @@ pub struct OptimizerRec {
     /// Learning rates of its param groups.
     #[serde(default)]
     pub lrs: Vec<f64>,
+    /// How many of `params` each param group holds, in order (empty when unknown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_sizes: Vec<u32>,
+}
+
+impl OptimizerRec {
+    /// The learning rate of the param group holding tensor `key` (None when unknown).
+    pub fn lr_of(&self, key: u64) -> Option<f64> {
+        let i = self.params.iter().position(|k| *k == key)?;
+        if self.group_sizes.is_empty() {
+            return (self.lrs.len() == 1).then(|| self.lrs[0]);
+        }
+        let mut end = 0usize;
+        for (g, n) in self.group_sizes.iter().enumerate() {
+            end += *n as usize;
+            if i < end {
+                return self.lrs.get(g).copied();
+            }
+        }
+        None
+    }
 }
 
 /// A call of `backward()`/`torch.autograd.backward` or `torch.autograd.grad`.

@@ -344,7 +344,7 @@ impl Recorder {
         self.inner.tensor_root(key)
     }
 
-    #[pyo3(signature = (key, class_, created_at, params, lrs))]
+    #[pyo3(signature = (key, class_, created_at, params, lrs, group_sizes=Vec::new()))]
     fn optimizer(
         &mut self,
         key: u64,
@@ -352,9 +352,10 @@ impl Recorder {
         created_at: Loc3,
         params: Vec<u64>,
         lrs: Vec<f64>,
+        group_sizes: Vec<u32>,
     ) {
         self.inner
-            .optimizer(key, class_, &at(created_at), params, lrs);
+            .optimizer(key, class_, &at(created_at), params, lrs, group_sizes);
     }
 
     #[pyo3(signature = (kind, site, loss_grad_fn))]

@@ -93,6 +93,7 @@ impl Scenario {
             created_at: at,
             params: params.to_vec(),
             lrs: vec![1e-3],
+            group_sizes: Vec::new(),
         });
     }
 

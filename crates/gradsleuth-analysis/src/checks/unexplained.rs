@@ -117,13 +117,14 @@ fn run(ctx: &Context) -> Vec<Finding> {
                 ),
                 None => super::name_list(&names),
             };
-            let (message, fix) = describe(ctx, status, &what, m, &g.keys);
+            let (message, fix, at) = describe(ctx, status, &what, m, &g.keys);
             ctx.claim(g.keys.iter().copied());
+            let at = at.or_else(|| m.and_then(|m| m.forward_def.clone()));
             out.push(
                 CHECK
                     .finding(Severity::Error, message)
                     .params(names)
-                    .at(m.and_then(|m| ctx.locate(m.forward_def.as_ref())))
+                    .at(ctx.locate(at.as_ref()))
                     .fix(fix),
             );
         }
@@ -137,8 +138,8 @@ fn describe(
     what: &str,
     m: Option<&gradsleuth_model::capture::ModuleRec>,
     keys: &[u64],
-) -> (String, String) {
-    match status {
+) -> (String, String, Option<gradsleuth_model::Location>) {
+    let (message, fix, at) = match status {
         ParamStatus::GradNone => {
             let ran = m.map_or(0, |m| m.runs);
             let no_grad = m.is_some_and(|m| m.runs > 0 && m.runs_no_grad == m.runs);
@@ -149,33 +150,64 @@ fn describe(
             } else {
                 format!("{what} never received a gradient.")
             };
-            (msg, "Look for `.detach()`, `.data`, `torch.no_grad()`, `torch.tensor(t)`/`.item()` round trips or non-differentiable ops between this module's output and the loss; the op-level capture of the first step found no cut it could name (a compiled region, or code it could not see): `gradsleuth run --deep` traces every observed step.".into())
+            (msg, "Look for `.detach()`, `.data`, `torch.no_grad()`, `torch.tensor(t)`/`.item()` round trips or non-differentiable ops between this module's output and the loss; the op-level capture of the first step found no cut it could name (a compiled region, or code it could not see): `gradsleuth run --deep` traces every observed step.".into(), None)
         }
         ParamStatus::GradZero => (
             format!("{what} receives a gradient, but it is exactly zero in every observed step."),
             "Look for zero-derivative ops between it and the loss (a saturated clamp, a mask that is all false, a multiplication by zero).".into(),
+            None,
         ),
         ParamStatus::Nan => (
             format!("{what} has non-finite (inf/NaN) gradients."),
             "Find the first non-finite value in the forward (`gradsleuth run --watch`) and guard it (clamp the input of log/sqrt, add an epsilon to divisions).".into(),
+            None,
         ),
         _ => {
-            let lr_zero = keys
+            // Every optimizer holding each of them gives its group a learning rate of 0.
+            let lr_zero = !keys.is_empty()
+                && keys.iter().all(|k| {
+                    let opts: Vec<_> = ctx
+                        .facts
+                        .get(*k)
+                        .into_iter()
+                        .flat_map(|f| f.optimizers.iter())
+                        .filter_map(|o| ctx.capture.optimizer(*o))
+                        .collect();
+                    !opts.is_empty() && opts.iter().all(|o| o.lr_of(*k) == Some(0.0))
+                });
+            let all_groups = |o: &gradsleuth_model::capture::OptimizerRec| {
+                !o.lrs.is_empty() && o.lrs.iter().all(|lr| *lr == 0.0)
+            };
+            let whole_optimizer = keys
                 .iter()
                 .filter_map(|k| ctx.facts.get(*k))
                 .flat_map(|f| f.optimizers.iter())
                 .filter_map(|o| ctx.capture.optimizer(*o))
-                .any(|o| !o.lrs.is_empty() && o.lrs.iter().all(|lr| *lr == 0.0));
-            if lr_zero {
-                (format!("{what} gets non-zero gradients but its optimizer's learning rate is 0, so no step changes it."), "Set a non-zero learning rate (check schedulers that start at 0 and warm up).".into())
+                .any(all_groups);
+            if lr_zero || whole_optimizer {
+                let whose = if whole_optimizer {
+                    "its optimizer's learning rate is 0"
+                } else {
+                    "the learning rate of its parameter group is 0 (`lr=0.0` in the group's dict, or a schedule that sets it)"
+                };
+                // Where the learning rates are set: the optimizer's creation.
+                let at = keys
+                    .iter()
+                    .filter_map(|k| ctx.facts.get(*k))
+                    .flat_map(|f| f.optimizers.iter())
+                    .filter_map(|o| ctx.capture.optimizer(*o))
+                    .find_map(|o| o.created_at.clone());
+                (format!("{what} gets non-zero gradients but {whose}, so no step changes it."), "Set a non-zero learning rate for that group (check schedulers that start at 0 and warm up, and per-group `lr` values from a config).".into(), at)
             } else {
                 (
                     format!("{what} gets non-zero gradients, but no optimizer step changed it."),
                     "Check that `optimizer.step()` runs after `backward()` and that the optimizer holds these exact tensors.".into(),
+                    None,
                 )
             }
         }
-    }
+    };
+    (message, fix, at)
 }
 
 #[cfg(test)]
@@ -312,5 +344,29 @@ mod tests {
     fn learning_parameters_are_not_reported() {
         assert!(healthy(2).run(&CHECK).is_empty());
         assert!(healthy(2).report().findings.is_empty());
+    }
+
+    #[test]
+    fn a_group_with_a_learning_rate_of_0_is_named() {
+        // `fc.bias` in a second group with lr 0: it gets gradients, its weight never moves.
+        let mut s = healthy(0);
+        s.capture.optimizers[0].lrs = vec![1e-3, 0.0];
+        s.capture.optimizers[0].group_sizes = vec![1, 1];
+        for i in 0..3 {
+            s.backward(&[10, 11], &[]);
+            let w = 1.0 + f64::from(i);
+            s.step(
+                100,
+                &[(10, Some(0.5), w, w + 0.1), (11, Some(0.2), 2.0, 2.0)],
+            );
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].params, vec!["fc.bias"]);
+        assert!(
+            f[0].message.contains("parameter group is 0"),
+            "{}",
+            f[0].message
+        );
     }
 }

@@ -556,6 +556,11 @@ class Tracer:
         if self.done:
             return
         if self._opt_steps:
+            # An optimizer that has not stepped yet may step less often than the others (a
+            # generator updated once per five critic steps): wait for it, up to the cap below.
+            waiting = any(k not in self._opt_steps and r() is not None for k, r in self._optimizers.items())
+            if waiting and self._backwards < self.steps * 64:
+                return
             if min(self._opt_steps.values()) >= self.steps and not self._calibrating():
                 self.rec.progress(self.steps, "done")
                 self.finish()

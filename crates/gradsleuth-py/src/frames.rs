@@ -121,19 +121,22 @@ impl FrameWalker {
         // Frames of torch's and libraries' code inside the user's, innermost first.
         let mut inner: Vec<Bound<'py, PyAny>> = Vec::new();
         let mut frame = frame;
+        let mut user = false;
         for _ in 0..200 {
             if frame.is_none() {
                 return None;
             }
             let code = frame.getattr(pyo3::intern!(py, "f_code")).ok()?;
             if matches!(self.code_info(&code), Code::User(..)) {
+                user = true;
                 break;
             }
             let back = frame.getattr(pyo3::intern!(py, "f_back")).ok()?;
             inner.push(frame);
             frame = back;
         }
-        let outer = inner.last()?;
+        // No user frame within reach: no call of the user's to name.
+        let outer = inner.last().filter(|_| user)?;
         let code_of = |f: &Bound<'py, PyAny>| f.getattr(pyo3::intern!(py, "f_code")).ok();
         let id = (outer.as_ptr() as usize, code_of(outer)?.as_ptr() as usize);
         let names: Vec<(String, String)> = inner

@@ -413,7 +413,12 @@ fn explanation(out: &mut String, e: &gradsleuth_model::Explanation, p: &Paint) {
 
 /// A rustc-style frame: `--> file:line:col`, the line, a caret underline.
 fn frame(out: &mut String, loc: &Location, p: &Paint) {
-    let col = loc.column.unwrap_or(1);
+    // A location of a whole line (a `with` statement found in the source) points at its
+    // statement, past the indentation.
+    let indent = loc.snippet.as_ref().map_or(0, |s| {
+        s.chars().take_while(|c| c.is_whitespace()).count() as u32
+    });
+    let col = loc.column.unwrap_or(indent + 1);
     let _ = writeln!(
         out,
         "  {} {}:{}:{}",
@@ -584,6 +589,17 @@ mod tests {
         .at(Some(loc))
         .fix("use nn.ModuleList")]);
         r
+    }
+
+    #[test]
+    fn a_whole_line_location_points_past_the_indentation() {
+        let mut r = sample();
+        let loc = r.findings[0].location.as_mut().unwrap();
+        loc.column = None;
+        loc.snippet = Some("        with torch.no_grad():".into());
+        let t = text(&r, TextOptions::default());
+        assert!(t.contains("  --> model.py:14:9"), "{t}");
+        assert!(t.contains("   |         ^^^^^^^^^^^^^^^^^^^^^\n"), "{t}");
     }
 
     #[test]

@@ -19,8 +19,7 @@ fn scripted(ctx: &Context) -> Vec<Finding> {
     let is_script = |m: &gradsleuth_model::capture::ModuleRec| {
         super::SCRIPT_CLASSES.contains(&m.class.as_str())
     };
-    let mut names: Vec<String> = Vec::new();
-    for m in &ctx.capture.modules {
+    let tops = ctx.capture.modules.iter().filter(|m| {
         let parent_scripted = m
             .parent
             .and_then(|p| ctx.capture.module(p))
@@ -28,28 +27,20 @@ fn scripted(ctx: &Context) -> Vec<Finding> {
         // Told only where it hides something: a parameter inside that does not learn.
         let hides = || {
             ctx.capture.tensors.iter().any(|t| {
-                t.module.is_some_and(|k| within(ctx, k, m.key))
+                t.module
+                    .is_some_and(|k| super::lineage(ctx, k).any(|c| c.key == m.key))
                     && ctx
                         .facts
                         .get(t.key)
                         .is_some_and(|f| f.visible && !f.learns())
             })
         };
-        if is_script(m) && !parent_scripted && m.runs > 0 && hides() {
-            let name = module_name(m);
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-    }
+        is_script(m) && !parent_scripted && m.runs > 0 && hides()
+    });
+    let names = distinct_names(tops);
     if names.is_empty() {
         return Vec::new();
     }
-    let listed = names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
     let (verb, region) = if names.len() == 1 {
         ("is a TorchScript module", "its ops run as compiled code")
     } else {
@@ -57,21 +48,31 @@ fn scripted(ctx: &Context) -> Vec<Finding> {
     };
     vec![CHECK.finding(
         Severity::Info,
-        format!("{listed} {verb} (`torch.jit.script`/`trace`): {region}, which gradsleuth does not instrument (a cut inside is not located to its line; the modules inside are not told as unused)."),
+        format!("{} {verb} (`torch.jit.script`/`trace`): {region}, which gradsleuth does not instrument (a cut inside is not located to its line; the modules inside are not told as unused).", listed(&names)),
     )]
 }
 
-/// Module `k` is `top` or inside it.
-fn within(ctx: &Context, k: u64, top: u64) -> bool {
-    let mut cur = Some(k);
-    for _ in 0..64 {
-        match cur {
-            Some(c) if c == top => return true,
-            Some(c) => cur = ctx.capture.module(c).and_then(|m| m.parent),
-            None => return false,
+/// The modules' names, each once, in order.
+fn distinct_names<'c>(
+    modules: impl Iterator<Item = &'c gradsleuth_model::capture::ModuleRec>,
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for m in modules {
+        let name = module_name(m);
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
-    false
+    names
+}
+
+/// `a`, `b`, `c`.
+fn listed(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn compiled(ctx: &Context) -> Vec<Finding> {
@@ -83,21 +84,11 @@ fn compiled(ctx: &Context) -> Vec<Finding> {
         .iter()
         .filter(|m| m.class == "OptimizedModule")
         .collect();
-    let mut names: Vec<String> = Vec::new();
-    for m in &wrappers {
-        let name = module_name(m);
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
+    let names = distinct_names(wrappers.iter().copied());
     if names.is_empty() {
         return Vec::new();
     }
-    let listed = names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let listed = listed(&names);
     let (verb, region) = if names.len() == 1 {
         ("is", "a compiled region")
     } else {

@@ -280,7 +280,8 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             Severity::Error
         };
         // Recording turned off by the library call at the user's line itself, with no block
-        // of the user's around it (`Normal(mu, std).sample()`, `model.generate(...)`).
+        // of the user's around it (`Normal(mu, std).sample()`, `model.generate(...)`): the
+        // user's lines only (a library's own `with torch.no_grad():` is the call's).
         let inside = match &cut.within {
             Some(Within::Call(call)) => Some(call.as_str()),
             _ => None,
@@ -289,7 +290,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             let mut source = ctx.source.borrow_mut();
             !cut.location
                 .iter()
-                .chain(cut.related.iter().map(|r| &r.location))
+                .chain(
+                    cut.related
+                        .iter()
+                        .filter(|r| r.message != INSIDE_LIBRARY)
+                        .map(|r| &r.location),
+                )
                 .any(|l| source.grad_disabler(&l.file, l.line).is_some())
         });
         let function = match &cut.within {

@@ -45,23 +45,16 @@ pub(crate) const SCRIPT_CLASSES: &[&str] = &[
 /// `m` is a TorchScript module, or inside one, and the compiled code ran (it or an ancestor
 /// ran): whether its own forward ran is not observable.
 pub(crate) fn inside_script(ctx: &Context, m: &ModuleRec) -> bool {
-    let mut scripted = false;
-    let mut ran = false;
-    let mut cur = Some(m);
-    let mut hops = 0;
-    while let Some(c) = cur {
-        scripted |= SCRIPT_CLASSES.contains(&c.class.as_str());
-        ran |= c.runs > 0;
-        if scripted && ran {
-            return true;
-        }
-        hops += 1;
-        if hops > 64 {
-            break;
-        }
-        cur = c.parent.and_then(|p| ctx.capture.module(p));
-    }
-    false
+    lineage(ctx, m.key).any(|c| SCRIPT_CLASSES.contains(&c.class.as_str()))
+        && lineage(ctx, m.key).any(|c| c.runs > 0)
+}
+
+/// Module `key` and the modules holding it, innermost first (at most 64).
+pub(crate) fn lineage<'c>(ctx: &'c Context, key: u64) -> impl Iterator<Item = &'c ModuleRec> {
+    std::iter::successors(ctx.capture.module(key), move |m| {
+        m.parent.and_then(|p| ctx.capture.module(p))
+    })
+    .take(64)
 }
 
 /// A runtime check: its code (its name, category and documentation are the rule registry's,

@@ -1106,6 +1106,13 @@ impl<K, N> OpLog<K, N> {
         let root = h.node(&root);
         let mut index: FxHashMap<usize, u32> = FxHashMap::default();
         let mut rec = GraphRec::default();
+        // Custom Functions' nodes, by the sequence number each took.
+        let function_at: FxHashMap<u64, usize> = self
+            .function_calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.seq, i))
+            .collect();
         // Depth-first, each node with its depth: no deeper than `MAX_DEPTH` (see there:
         // freeing nodes Python has read recurses in torch).
         let mut stack: Vec<(H::Node, Option<u64>, usize)> = vec![(root, None, 0)];
@@ -1129,12 +1136,10 @@ impl<K, N> OpLog<K, N> {
                 .and_then(|addr| keys.get(&(addr as usize)).copied());
             let name = h.node_name(&node);
             let i = rec.nodes.len() as u32;
-            if let Some(call) = seq.and_then(|seq| {
-                self.function_calls
-                    .iter()
-                    .position(|c| c.seq == seq && name.starts_with(&*c.name))
-            }) {
-                self.function_nodes.push((i, call));
+            if let Some(&call) = seq.and_then(|seq| function_at.get(&seq)) {
+                if name.starts_with(&*self.function_calls[call].name) {
+                    self.function_nodes.push((i, call));
+                }
             }
             index.insert(id, i);
             held.push(node.clone());
@@ -1553,10 +1558,14 @@ impl<K, N> OpLog<K, N> {
         // Per Function node: the parameters it is the nearest Function above, with the path
         // (node names from the parameter up to it).
         let mut found: Vec<(usize, Vec<u64>, Vec<String>)> = Vec::new();
-        for (start, node) in graph.nodes.iter().enumerate() {
-            let Some(key) = node.param.filter(|k| left.contains(k)) else {
-                continue;
-            };
+        // One walk per parameter: at most 256 of them (each walk is bounded by the snapshot).
+        let starts = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.param.filter(|k| left.contains(k)).map(|k| (i, k)))
+            .take(256);
+        for (start, key) in starts {
             // Breadth-first towards the loss: the first Function node met is the nearest.
             let mut from: FxHashMap<u32, u32> = FxHashMap::default();
             let mut queue = std::collections::VecDeque::from([start as u32]);

@@ -1437,10 +1437,13 @@ class Tracer:
             opt = self.obj(okey)
             if opt is None:
                 continue
-            params = self._opt_params(opt)
-            keys = [self.key(p) for p in params]
-            after = dict(zip(keys, fingerprints([p.detach() for p in params])))
-            self.rec.weight_changes([(k, after[k] != before[k]) for k in keys if k in before])
+            after = self._fingerprints(opt)
+            self.rec.weight_changes([(k, v != before[k]) for k, v in after.items() if k in before])
+
+    def _fingerprints(self, opt) -> dict:
+        """Bit fingerprints of `opt`'s parameters, by key."""
+        params = self._opt_params(opt)
+        return dict(zip([self.key(p) for p in params], fingerprints([p.detach() for p in params])))
 
     def _fingerprint_unstepped(self):
         """Bit fingerprints of the parameters of optimizers that have not stepped yet, once
@@ -1450,11 +1453,8 @@ class Tracer:
             with own_ops():
                 for okey, ref in list(self._optimizers.items()):
                     opt = ref()
-                    if opt is None or okey in self._bits_before:
-                        continue
-                    params = self._opt_params(opt)
-                    keys = [self.key(p) for p in params]
-                    self._bits_before[okey] = dict(zip(keys, fingerprints([p.detach() for p in params])))
+                    if opt is not None and okey not in self._bits_before:
+                        self._bits_before[okey] = self._fingerprints(opt)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"fingerprints after backward: {type(e).__name__}: {e}")
 

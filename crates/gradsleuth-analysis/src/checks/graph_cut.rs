@@ -282,11 +282,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         // Recording turned off by the library call at the user's line itself, with no block
         // of the user's around it (`Normal(mu, std).sample()`, `model.generate(...)`): the
         // user's lines only (a library's own `with torch.no_grad():` is the call's).
-        let inside = match &cut.within {
-            Some(Within::Call(call)) => Some(call.as_str()),
-            _ => None,
-        }
-        .filter(|_| {
+        let (call, function) = match &cut.within {
+            Some(Within::Call(call)) => (Some(call.as_str()), None),
+            Some(Within::FunctionBackward(name)) => (None, Some(name.as_str())),
+            None => (None, None),
+        };
+        let inside = call.filter(|_| {
             let mut source = ctx.source.borrow_mut();
             !cut.location
                 .iter()
@@ -298,10 +299,6 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
                 )
                 .any(|l| source.grad_disabler(&l.file, l.line).is_some())
         });
-        let function = match &cut.within {
-            Some(Within::FunctionBackward(name)) => Some(name.as_str()),
-            _ => None,
-        };
         let mut message = match (inside, function) {
             (Some(call), _) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
             (_, Some(name)) => format!("{who}: the path to the loss runs through `{name}`, a custom `autograd.Function` whose `backward` returns no gradient (None) for that input, so these parameters never get a gradient."),

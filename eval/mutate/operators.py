@@ -53,8 +53,13 @@ OPERATORS = {
         # A value drawn with `Distribution.sample()` (meant: `rsample()`): torch turns
         # recording off inside the call; lint cannot tell a REINFORCE draw from this.
         Operator("sample", "no_grad", "code", static=False),
+        Operator("detach_inplace", "detach", "code"),
         Operator("rewrap", "rewrap", "code"),
+        Operator("new_tensor", "rewrap", "code"),
         Operator("tolist", "numpy_roundtrip", "code"),
+        # `torch.Tensor(list)` is no torch function: the op log sees the numbers leave, not
+        # the tensor they are rebuilt into.
+        Operator("legacy_ctor", "numpy_roundtrip", "code"),
         Operator("numpy", "numpy_roundtrip", "code"),
         Operator("round", "non_differentiable", "code", static=False),
         Operator("argmax", "non_differentiable", "code", static=False),
@@ -280,8 +285,14 @@ def apply_code(op: str, source: str, fn, stmt: ast.Assign, file: str, grad_mod: 
         return after(f"{x} = {x}.detach()")
     if op == "data":
         return after(f"{x} = {x}.data")
+    if op == "detach_inplace":
+        return after(f"{x}.detach_()")
     if op == "rewrap":
         return after(f"{x} = {T}.tensor({x})")
+    if op == "new_tensor":
+        return after(f"{x} = {x}.new_tensor({x})")
+    if op == "legacy_ctor":
+        return after(f"{x} = {T}.Tensor({x}.tolist()).to({x})")
     if op == "tolist":
         return after(f"{x} = {T}.tensor({x}.tolist(), dtype={x}.dtype, device={x}.device)")
     if op == "numpy":

@@ -184,6 +184,8 @@ class Tracer:
         self._inference_keys: list[int] = []
         self._rearmed = False
         self._bits_before: dict[int, dict[int, float]] = {}
+        # Fingerprints of parameters no optimizer holds (none exists), after the first backward.
+        self._bits_unheld: dict[int, float] = {}
         self._deep_since = 0
         self._first_backward_site = None
         self.steps = max(1, int(steps))
@@ -290,6 +292,8 @@ class Tracer:
         self._patch(torch.nn.utils, "clip_grad_norm_", self._wrap_clip("max_norm"))
         self._patch(torch.nn.utils, "clip_grad_value_", self._wrap_clip("clip_value"))
         self._patch(torch.Tensor, "register_hook", self._wrap_register_hook)
+        for name in ("register_full_backward_hook", "register_backward_hook"):
+            self._patch(nn.Module, name, self._wrap_module_backward_hook)
         self._patch(nn.Module, "load_state_dict", lambda o: self._wrap_load(o, whole=True))
         self._patch(nn.Module, "_load_from_state_dict", lambda o: self._wrap_load(o, whole=False))
         self._watch_freezing()
@@ -642,7 +646,7 @@ class Tracer:
             return
         try:
             reached = set(self.rec.reached_keys(self._deep_since))
-            unreached, zero, grads = {}, {}, []
+            unreached, zero, cleared, grads = {}, {}, {}, []
             for k in self._hooked:
                 t = self.obj(k)
                 if t is None:
@@ -651,6 +655,8 @@ class Tracer:
                     unreached[id(t)] = k
                 elif t.grad is not None:
                     grads.append((k, t))
+                else:
+                    cleared[id(t)] = k
             known = known or {}
             for parts in self._parts.values():  # a part's key stands for its address
                 for pk, _, _ in parts:
@@ -663,8 +669,8 @@ class Tracer:
             for k, t in grads:
                 if known.get(k, read.get(k)) == 0.0:
                     zero[id(t)] = k
-            if unreached or zero:
-                log.resolve(self.rec, unreached, zero)
+            if unreached or zero or cleared:
+                log.resolve(self.rec, unreached, zero, cleared)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"op-level resolve: {type(e).__name__}: {e}")
         log.clear()
@@ -685,6 +691,8 @@ class Tracer:
                 self._progress("forward")
                 if self._pending_pop:
                     self._pop_pending()
+                if self._oplog is not None:
+                    self._oplog.grads_only = False
                 if self._deep and self._mode is None:
                     self._enter_op_mode()
             with own_ops():  # the scan's reads are not the user's ops
@@ -1359,16 +1367,15 @@ class Tracer:
         k = self._keys.get(id(t))
         if k is not None and self.obj(k) is t:
             return [k]
-        if getattr(t, "grad_fn", None) is None:
+        return self._keys_behind(getattr(t, "grad_fn", None))
+
+    def _keys_behind(self, node) -> list:
+        """Tracked leaves the autograd graph from `node` reaches."""
+        if node is None:
             return []
         from gradsleuth._core import walk
 
-        out = []
-        for leaf in walk(t.grad_fn, 1_000_000)["leaves"]:
-            k = self._keys.get(leaf)
-            if k is not None:
-                out.append(k)
-        return out
+        return [k for leaf in walk(node, 1_000_000)["leaves"] if (k := self._keys.get(leaf)) is not None]
 
     def _wrap_clip(self, bound_name):
         tracer = self
@@ -1431,6 +1438,58 @@ class Tracer:
 
         return register_hook
 
+    def _wrap_module_backward_hook(self, original):
+        """A module backward hook that returns zeros for `grad_input`: everything before the
+        module gets an exactly zero gradient (GS212, as a tensor hook). The autograd nodes of
+        the module's inputs at its last call say which parameters are before it; they are held
+        only until that call's backward (or the end of observation)."""
+        tracer = self
+
+        def register(module, hook, *args, **kwargs):
+            if not tracer.active:
+                return original(module, hook, *args, **kwargs)
+            site = site_of(sys._getframe(1))
+            # What the module's last call took: a tracked leaf's key, or the autograd node
+            # behind an input (the input tensor object itself may be gone by its backward).
+            inputs: list = []
+
+            def remember(_m, args):
+                if tracer.active:
+                    inputs[:] = [
+                        k if (k := tracer._keys.get(id(a))) is not None and tracer.obj(k) is a else a.grad_fn
+                        for a in args
+                        if isinstance(a, torch.Tensor) and a.requires_grad
+                    ]
+
+            tracer._handles.append(module.register_forward_pre_hook(remember))
+            tracer._unpatch.append(inputs.clear)
+
+            def observed(m, grad_input, grad_output, _hook=hook):
+                out = _hook(m, grad_input, grad_output)
+                gate = ("grad_hook", site, id(m))
+                if tracer.active and isinstance(out, (tuple, list)) and gate not in tracer._said:
+                    try:
+                        given = [g for g in grad_input if isinstance(g, torch.Tensor)]
+                        if given and any(bool(g.any()) for g in given):
+                            tracer._said.add(gate)
+                            keys = [k for x in inputs for k in ([x] if isinstance(x, int) else tracer._keys_behind(x))]
+                            if keys and not any(isinstance(g, torch.Tensor) and bool(g.any()) for g in out):
+                                tracer.rec.add_cut(
+                                    kind="grad_hook",
+                                    op=getattr(original, "__name__", "register_full_backward_hook"),
+                                    site=site,
+                                    params=keys,
+                                    step=tracer._step_number(),
+                                )
+                    except Exception as e:  # noqa: BLE001
+                        tracer.rec.note(f"module hook: {e}")
+                inputs.clear()
+                return out
+
+            return original(module, observed, *args, **kwargs)
+
+        return register
+
     def _weight_changes(self):
         """Fingerprints now against before the first observed step, per optimizer param."""
         for okey, before in self._bits_before.items():
@@ -1439,6 +1498,10 @@ class Tracer:
                 continue
             after = self._fingerprints(opt)
             self.rec.weight_changes([(k, v != before[k]) for k, v in after.items() if k in before])
+        if self._bits_unheld and not self._optimizers:
+            held = [(k, t) for k in self._bits_unheld if (t := self.obj(k)) is not None]
+            after = dict(zip([k for k, _ in held], fingerprints([t.detach() for _, t in held])))
+            self.rec.weight_changes([(k, v != self._bits_unheld[k]) for k, v in after.items()])
 
     def _fingerprints(self, opt) -> dict:
         """Bit fingerprints of `opt`'s parameters, by key."""
@@ -1455,6 +1518,19 @@ class Tracer:
                     opt = ref()
                     if opt is not None and okey not in self._bits_before:
                         self._bits_before[okey] = self._fingerprints(opt)
+        except Exception as e:  # noqa: BLE001
+            self.rec.note(f"fingerprints after backward: {type(e).__name__}: {e}")
+
+    def _fingerprint_unheld(self):
+        """With no optimizer yet, bit fingerprints of the parameters the first backward gave a
+        gradient: the end of observation shows whether the script's own update changed them."""
+        try:
+            with own_ops():
+                held = [
+                    (k, t) for k in self._hooked if isinstance(t := self.obj(k), nn.Parameter) and t.grad is not None
+                ]
+                bits = fingerprints([t.detach() for _, t in held])
+                self._bits_unheld = dict(zip([k for k, _ in held], bits))
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"fingerprints after backward: {type(e).__name__}: {e}")
 
@@ -1580,6 +1656,8 @@ class Tracer:
     def _after_backward(self):
         if len(self._bits_before) < len(self._optimizers):
             self._fingerprint_unstepped()
+        elif not self._optimizers and not self._bits_unheld:
+            self._fingerprint_unheld()
         try:
             # Gradient norms for reached tensors that no optimizer holds (optimizer-held ones
             # are measured right before their step).
@@ -1597,6 +1675,11 @@ class Tracer:
         if self._deep and not self._optimizers:
             self._end_deep()
         self._check_done()
+        if self.active and self._deep and self._oplog is not None and self._mode is None:
+            # Until the next forward or the step, the script's reads and writes of gradients
+            # (`p.grad = None` before `step()` is why a weight does not move).
+            self._oplog.grads_only = True
+            self._enter_op_mode()
 
     def _wrap_grad(self, original):
         tracer = self
@@ -1778,10 +1861,10 @@ _CO_OPTIMIZED = 0x1  # `inspect.CO_OPTIMIZED`: a function's code (fast locals)
 
 def _bound_names(frame) -> dict[int, str]:
     """id -> name of the tensors the frame binds, directly, as an entry of a dict, list or tuple
-    (`params.0.weight`) or as an attribute of an object (`self.w`): its locals (a `main()`
-    building its tensors and optimizer), then its globals. Before Python 3.13 reading a
-    function's locals leaves a snapshot of them on the frame, which would keep a tensor the
-    function drops later alive: it is emptied."""
+    (`params.0.weight`), as an attribute of an object (`self.w`) or as a parameter of a module
+    (`model.0.weight`): its locals (a `main()` building its tensors and optimizer), then its
+    globals. Before Python 3.13 reading a function's locals leaves a snapshot of them on the
+    frame, which would keep a tensor the function drops later alive: it is emptied."""
     out: dict[int, str] = {}
     if frame is None:
         return out
@@ -1797,6 +1880,14 @@ def _bound_names(frame) -> dict[int, str]:
                     continue
                 if isinstance(value, torch.Tensor):
                     out.setdefault(id(value), name)
+                    continue
+                if isinstance(value, nn.Module) and name != "self":
+                    # A model's parameters by the variable that holds it (`model.0.weight`):
+                    # named so when that model never runs (a copy of it does).
+                    for j, (pname, p) in enumerate(value.named_parameters()):
+                        if j >= 10000:
+                            break
+                        out.setdefault(id(p), f"{name}.{pname}")
                     continue
                 if isinstance(value, (list, tuple)):
                     value = dict(enumerate(value)) if len(value) <= 10000 else None

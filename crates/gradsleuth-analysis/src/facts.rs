@@ -48,6 +48,9 @@ pub struct TensorFacts {
     /// Only optimizers that never stepped hold it, and its weights are bit for bit what they
     /// were after the first backward (nothing else, a manual update, changed them either).
     pub never_stepped: bool,
+    /// The run created no optimizer, and its weights are bit for bit what they were after the
+    /// first backward gave it a gradient: the script's own update (if any) never changed it.
+    pub unchanged_by_hand: bool,
     /// Its weight norm at the last observed step.
     pub weight_norm: Option<f64>,
     pub status: ParamStatus,
@@ -159,6 +162,12 @@ impl Facts {
                     .weight_changes
                     .iter()
                     .any(|(k, c)| *k == t.key && !*c);
+            let unchanged_by_hand = capture.optimizers.is_empty()
+                && !changed
+                && capture
+                    .weight_changes
+                    .iter()
+                    .any(|(k, c)| *k == t.key && !*c);
             let weight_norm = optimizers
                 .first()
                 .and_then(|o| steps_of.get(o))
@@ -179,6 +188,7 @@ impl Facts {
                 updates,
                 changed,
                 never_stepped,
+                unchanged_by_hand,
                 weight_norm,
                 status: ParamStatus::GradNone,
                 visible: (visible(t) || free) && !t.module.is_some_and(|m| uncalled.contains(&m)),
@@ -415,8 +425,8 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool, cut_off: bool) -> Para
     if f.grad_nonzero() {
         if !any_step {
             // No optimizer stepped: a manual update may train it, unless the optimizers that
-            // hold it never stepped and nothing changed it.
-            return if f.never_stepped {
+            // hold it never stepped (or there is none) and nothing changed it.
+            return if f.never_stepped || f.unchanged_by_hand {
                 ParamStatus::NotUpdated
             } else {
                 ParamStatus::Learning

@@ -168,6 +168,10 @@ impl Host for Fake<'_> {
         matches!(self.0.obj(*v), Obj::Tensor { .. })
     }
 
+    fn is_float(&self, v: &usize) -> bool {
+        matches!(self.0.obj(*v), Obj::Float)
+    }
+
     fn items(&self, v: &usize, tl: usize, ll: usize) -> Option<(SeqKind, Vec<usize>)> {
         match self.0.obj(*v) {
             Obj::Tuple(x) => Some((SeqKind::Tuple, x.iter().take(tl).copied().collect())),
@@ -279,6 +283,9 @@ struct Fixture {
     /// Function's backward returned None for their input).
     #[serde(default)]
     no_gradient: Vec<String>,
+    /// Parameters backward reached whose gradient is gone at the step (`p.grad = None`).
+    #[serde(default)]
+    cleared: Vec<String>,
     expect: Value,
 }
 
@@ -342,6 +349,9 @@ struct Step {
     stand_in: Option<(String, String)>,
     /// A new Python float named so, at the address of `reuse` if given.
     value: Option<String>,
+    /// A new tensor named so, made by a call the mode does not see (`torch.Tensor(values)`),
+    /// needing no grad, of `shape`.
+    unseen: Option<String>,
     reuse: Option<String>,
     /// The function is a short-lived object made for this call (a descriptor's bound
     /// `__get__`), at the address the last such object had.
@@ -431,6 +441,18 @@ fn run_fixture(path: &Path) -> Value {
             let at = step.reuse.as_ref().map(|r| names[r]);
             let a = w.alloc(Obj::Float, at);
             names.insert(v.clone(), a);
+        }
+        if let Some(u) = &step.unseen {
+            let a = w.alloc(
+                Obj::Tensor {
+                    requires_grad: false,
+                    node: None,
+                    version: 0,
+                    shape: step.shape.clone(),
+                },
+                None,
+            );
+            names.insert(u.clone(), a);
         }
         if let Some(f) = &step.free {
             names.remove(f);
@@ -564,6 +586,15 @@ fn run_fixture(path: &Path) -> Value {
                 None => w.alloc(obj, None),
             }
         };
+        // What the host reads before `detach_` runs: the history it is about to drop.
+        let dropped = if op.ends_with(".detach_") {
+            args.first().and_then(|a| match w.obj(*a) {
+                Obj::Tensor { node, .. } => *node,
+                _ => None,
+            })
+        } else {
+            None
+        };
         let in_place = step.inputs.first() == step.out.as_ref();
         let out = match step.out_kind.as_deref().unwrap_or("tensor") {
             "tensor" => make_tensor(&mut w, in_place.then(|| args[0])),
@@ -595,8 +626,9 @@ fn run_fixture(path: &Path) -> Value {
             kwargs,
             inplace_kwarg: step.inplace_kwarg,
             out,
+            dropped,
         };
-        log.op(&mut Fake(&mut w), &call);
+        log.op(&mut Fake(&mut w), call);
         if step.function_exit {
             log.function_exited();
         }
@@ -626,7 +658,18 @@ fn run_fixture(path: &Path) -> Value {
         .filter(|(a, _)| !reached.contains(&(**a as u64)) || no_gradient.contains(&(**a as u64)))
         .map(|(a, k)| (*a, *k))
         .collect();
-    log.resolve(&mut Fake(&mut w), &mut recorder, &unreached, &zero);
+    let cleared: FxHashMap<usize, u64> = fx
+        .cleared
+        .iter()
+        .map(|n| (names[n], keys[&names[n]]))
+        .collect();
+    log.resolve(
+        &mut Fake(&mut w),
+        &mut recorder,
+        &unreached,
+        &zero,
+        &cleared,
+    );
     let line = |l: &Option<gradsleuth_model::Location>| l.as_ref().map(|l| l.line);
     let cuts: Vec<Value> = recorder
         .capture

@@ -646,6 +646,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 return;
             }
             Stmt::For(f) => {
+                rules::update_discarded::check(self, f);
                 rules::zero_grad_order::check(self, &f.body);
                 rules::step_before_backward::check(self, &f.body);
                 rules::stale_graph::check(

@@ -314,6 +314,9 @@ const SHAPE_ATTRS: &[&str] = &[
     "layout",
 ];
 const SHAPE_METHODS: &[&str] = &["size", "dim", "numel", "stride", "get_device", "data_ptr"];
+/// Methods whose arguments give only a dtype, device or shape (`x.to(other)`,
+/// `x.type_as(other)`): the gradient goes to the receiver alone.
+const LIKE_METHODS: &[&str] = &["to", "type_as", "view_as", "expand_as", "reshape_as"];
 const OPAQUE_BUILTINS: &[&str] = &[
     "len",
     "isinstance",
@@ -962,7 +965,19 @@ impl<'a, 'c> Flow<'a, 'c> {
                 }
             }
             Stmt::Expr(e) => {
-                self.expr(&e.value, fr);
+                let d = self.expr(&e.value, fr);
+                // `h.detach_()`: `h` itself is cut from here on.
+                if let Expr::Call(c) = e.value.as_ref() {
+                    if let Expr::Attribute(a) = c.func.as_ref() {
+                        if let (Expr::Name(n), "detach_", true) = (
+                            a.value.as_ref(),
+                            a.attr.id.as_str(),
+                            c.arguments.args.is_empty(),
+                        ) {
+                            fr.bind(n.id.as_str(), d);
+                        }
+                    }
+                }
             }
             Stmt::Return(r) => {
                 if let Some(v) = &r.value {
@@ -1228,6 +1243,13 @@ impl<'a, 'c> Flow<'a, 'c> {
                         .expr(&a.value, fr)
                         .cut_all(CutKind::Detach, e.range(), &fr.path);
                 }
+                // `x.new_tensor(h)`: a copy of `h` without its history (`x` gives the dtype
+                // and device only).
+                "new_tensor" if !namespace => {
+                    self.expr(&a.value, fr);
+                    let d = self.args(c, fr);
+                    return d.cut_all(CutKind::Rewrap, e.range(), &fr.path);
+                }
                 _ if ITEM_METHODS.contains(&attr) && !namespace && no_args => {
                     // `t.detach().cpu().numpy()`: the round trip is the cut, the `.detach()`
                     // on the way only its first step.
@@ -1245,6 +1267,11 @@ impl<'a, 'c> Flow<'a, 'c> {
                         d
                     };
                     return d.cut_all(CutKind::NonDiff, e.range(), &fr.path);
+                }
+                _ if LIKE_METHODS.contains(&attr) && !namespace => {
+                    let d = self.expr(&a.value, fr);
+                    self.args(c, fr);
+                    return d;
                 }
                 _ if SHAPE_METHODS.contains(&attr) && !namespace => {
                     self.expr(&a.value, fr);

@@ -29,6 +29,11 @@ fn lint_cached(file: &str) -> Vec<Finding> {
     found
 }
 
+/// (runtime code, lint code): the runtime sees weights that no update changed (GS113, an info
+/// line when a script may only compute gradients), lint sees the update assigned to a name
+/// and dropped (GS329).
+const CONFIRMS: &[(&str, &str)] = &[("GS113", "GS329")];
+
 /// A runtime finding that `gradsleuth lint` would have caught names the rule: the same
 /// category (or the optimizer pair) at the same line of the same file, found by linting the
 /// files the findings point to.
@@ -37,6 +42,10 @@ fn lint_cached(file: &str) -> Vec<Finding> {
 /// of a graph carried over from the last step is a related line of lint's finding at the
 /// assignment that carried it), the cause becomes the finding's location and the runtime's
 /// line its first related one.
+///
+/// Some runtime observations have a cause only the source shows ([`CONFIRMS`]): a lint finding
+/// of the paired rule anywhere in the same file is that cause, and makes the observation an
+/// error located there.
 pub fn cross_reference(findings: &mut [Finding]) {
     use gradsleuth_model::Category as C;
     let same = |a: C, b: C| {
@@ -66,13 +75,21 @@ pub fn cross_reference(findings: &mut [Finding]) {
         });
         let cause = hit.is_none().then(|| {
             lint.iter().find(|l| {
-                same(l.category, f.category)
-                    && l.location.as_ref().is_some_and(|ll| ll.file == loc.file)
-                    && l.related
-                        .iter()
-                        .any(|r| r.location.file == loc.file && r.location.line == loc.line)
+                let in_file = l.location.as_ref().is_some_and(|ll| ll.file == loc.file);
+                let confirms = CONFIRMS.contains(&(f.code.as_str(), l.code.as_str()));
+                in_file
+                    && (confirms
+                        || same(l.category, f.category)
+                            && l.related.iter().any(|r| {
+                                r.location.file == loc.file && r.location.line == loc.line
+                            }))
             })
         });
+        if let Some(Some(cause)) = &cause {
+            if CONFIRMS.contains(&(f.code.as_str(), cause.code.as_str())) {
+                f.severity = gradsleuth_model::Severity::Error;
+            }
+        }
         if let Some(cause) = cause.flatten() {
             let name = crate::rules::ALL
                 .iter()
@@ -110,6 +127,27 @@ pub fn cross_reference(findings: &mut [Finding]) {
 #[cfg(test)]
 mod tests {
     use gradsleuth_model::{Category, Finding, Location, Severity};
+
+    #[test]
+    fn an_unchanged_weight_lint_explains_becomes_an_error_at_the_assignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("train.py");
+        std::fs::write(
+            &file,
+            "for x in data:\n    model(x).sum().backward()\n    with torch.no_grad():\n        for p in model.parameters():\n            p = p - 0.1 * p.grad\n",
+        )
+        .unwrap();
+        let file = file.to_string_lossy().into_owned();
+        let mut f = vec![
+            Finding::new("GS113", Category::Other, Severity::Info, "nothing changed")
+                .at(Some(Location::new(file.clone(), 2))),
+        ];
+        super::cross_reference(&mut f);
+        assert_eq!(f[0].severity, Severity::Error);
+        assert_eq!(f[0].location.as_ref().unwrap().line, 5, "{:?}", f[0]);
+        assert_eq!(f[0].related[0].location.line, 2);
+        assert!(f[0].related[0].message.contains("GS329"));
+    }
 
     #[test]
     fn a_symptom_lint_traces_to_its_cause_is_located_at_the_cause() {

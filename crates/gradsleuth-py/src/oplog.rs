@@ -221,6 +221,16 @@ impl<'py> Host for PyHost<'py, '_> {
         }
     }
 
+    fn is_float(&self, v: &Self::Value) -> bool {
+        v.is_exact_instance_of::<pyo3::types::PyFloat>()
+    }
+
+    fn numel(&self, t: &Self::Value) -> u64 {
+        t.getattr(pyo3::intern!(self.py, "shape"))
+            .and_then(|s| s.extract::<Vec<u64>>())
+            .map_or(0, |s| s.iter().product())
+    }
+
     fn inner(&self, t: &Self::Value) -> Option<Self::Value> {
         let (wrapped, unwrap) = self.handles.functorch.as_ref()?;
         let is = wrapped.bind(self.py).call1((t,)).ok()?.is_truthy().ok()?;
@@ -387,8 +397,9 @@ impl OpLog {
         log.graph(&mut host, &mut recorder.inner, &loss, &keys, budget)
     }
 
-    /// One op: `func(*args, **kwargs)` returned `out`. Never raises.
-    #[pyo3(signature = (func, args, kwargs, out))]
+    /// One op: `func(*args, **kwargs)` returned `out`; `dropped` is the first argument's
+    /// `grad_fn` read before an op that drops it in place (`detach_`). Never raises.
+    #[pyo3(signature = (func, args, kwargs, out, dropped=None))]
     fn op(
         &mut self,
         py: Python<'_>,
@@ -396,6 +407,7 @@ impl OpLog {
         args: Bound<'_, PyTuple>,
         kwargs: Option<Bound<'_, PyDict>>,
         out: Bound<'_, PyAny>,
+        dropped: Option<Bound<'_, PyAny>>,
     ) {
         let inplace_kwarg = kwargs
             .as_ref()
@@ -409,9 +421,11 @@ impl OpLog {
                 .unwrap_or_default(),
             inplace_kwarg,
             out,
+            dropped: dropped
+                .map(|g| crate::graph::pin(g, self.handles.function_base.bind(py)).unbind()),
         };
         let (log, mut host) = self.split(py);
-        log.op(&mut host, &call);
+        log.op(&mut host, call);
     }
 
     /// A module runs on `tensor` (a view of a leaf) in place of its registered parameter,
@@ -467,16 +481,24 @@ impl OpLog {
     /// Attributes parameters the backward did not reach (`unreached`: id(tensor) -> key) and
     /// those whose gradient was exactly zero (`zero`) to the cuts the loss depends on, into
     /// the capture. Releases every reference.
-    #[pyo3(signature = (recorder, unreached, zero))]
+    /// `cleared`: parameters backward reached whose gradient is gone at the step.
+    #[pyo3(signature = (recorder, unreached, zero, cleared=None))]
     fn resolve(
         &mut self,
         py: Python<'_>,
         mut recorder: PyRefMut<'_, Recorder>,
         unreached: FxHashMap<usize, u64>,
         zero: FxHashMap<usize, u64>,
+        cleared: Option<FxHashMap<usize, u64>>,
     ) {
         let (log, mut host) = self.split(py);
-        log.resolve(&mut host, &mut recorder.inner, &unreached, &zero);
+        log.resolve(
+            &mut host,
+            &mut recorder.inner,
+            &unreached,
+            &zero,
+            &cleared.unwrap_or_default(),
+        );
     }
 
     /// Matches an in-place error raised by backward to the in-place op that caused it.
@@ -508,6 +530,18 @@ impl OpLog {
     /// Drops every reference and all step state.
     fn clear(&mut self) {
         self.log.clear();
+    }
+
+    /// Between a backward and the next forward: only reads and writes of gradients are
+    /// recorded.
+    #[getter]
+    fn grads_only(&self) -> bool {
+        self.log.grads_only
+    }
+
+    #[setter]
+    fn set_grads_only(&mut self, value: bool) {
+        self.log.grads_only = value;
     }
 
     #[getter]
@@ -545,6 +579,9 @@ pub struct OpCall {
     /// `grad_fn`, ...) are made under it, so that a function mode of the user's below this one
     /// (an op counter, `torch.device(...)`) sees the user's ops only.
     own_reads: Py<PyAny>,
+    /// `torch.Tensor.detach_`: the one op that drops its input's history in place, read
+    /// before it runs (one identity comparison per op).
+    detach_inplace: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -575,6 +612,12 @@ impl OpCall {
             function_type: py.import("types")?.getattr("FunctionType")?.unbind(),
             registries: PyDict::new(py).unbind(),
             mode: None,
+            detach_inplace: py
+                .import("torch")?
+                .getattr("Tensor")?
+                .getattr("detach_")
+                .ok()
+                .map(Bound::unbind),
         })
     }
 
@@ -655,6 +698,21 @@ impl OpCall {
         } else {
             None
         };
+        let dropped = if self
+            .detach_inplace
+            .as_ref()
+            .is_some_and(|d| func.is(d.bind(py)))
+            && !self.passive.load(Relaxed)
+        {
+            self.own_read(py, || {
+                args.get_item(0)
+                    .and_then(|t| t.getattr(pyo3::intern!(py, "grad_fn")))
+                    .ok()
+                    .filter(|g| !g.is_none())
+            })
+        } else {
+            None
+        };
         self.inside.fetch_add(1, Relaxed);
         let result = match frame {
             Some(frame) => self.call_relocating(py, &frame, &func, &args, kwargs.as_ref()),
@@ -664,11 +722,8 @@ impl OpCall {
         if self.passive.load(Relaxed) {
             return result;
         }
-        let guard = self.own_reads.bind(py).call0().ok();
-        let entered = guard
-            .as_ref()
-            .is_some_and(|g| g.call_method0(pyo3::intern!(py, "__enter__")).is_ok());
-        match &result {
+        let outcome = &result;
+        self.own_read(py, move || match outcome {
             Ok(out) => {
                 if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
                     if self.probe {
@@ -676,7 +731,7 @@ impl OpCall {
                             log.digest(py, &mut rec.inner, &func, out);
                         }
                     }
-                    log.op(py, func, args, kwargs, out.clone());
+                    log.op(py, func, args, kwargs, out.clone(), dropped);
                 }
             }
             Err(e) => {
@@ -688,18 +743,29 @@ impl OpCall {
                     log.failed(py, rec, func, args, kwargs, &message);
                 }
             }
-        }
+        });
+        result
+    }
+}
+
+impl OpCall {
+    /// `f()` under `torch._C.DisableTorchFunction`: the log's own reads of the user's tensors
+    /// reach no function mode of the user's.
+    fn own_read<R>(&self, py: Python<'_>, f: impl FnOnce() -> R) -> R {
+        let guard = self.own_reads.bind(py).call0().ok();
+        let entered = guard
+            .as_ref()
+            .is_some_and(|g| g.call_method0(pyo3::intern!(py, "__enter__")).is_ok());
+        let r = f();
         if let (Some(g), true) = (guard, entered) {
             let _ = g.call_method1(
                 pyo3::intern!(py, "__exit__"),
                 (py.None(), py.None(), py.None()),
             );
         }
-        result
+        r
     }
-}
 
-impl OpCall {
     /// `func(*args, **kwargs)` with its warnings caught, then re-issued (under the user's own
     /// filters) at the frame they would name without the mode: a location `i` frames above
     /// `frame` (`handle_torch_function`'s) stands for the one `i + 2` frames above.

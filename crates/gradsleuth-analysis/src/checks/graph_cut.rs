@@ -30,6 +30,26 @@ fn inside_fix(call: &str) -> String {
     }
 }
 
+/// The verb after `who` agrees with it: "`enc`, `head` (6 parameters) never get".
+fn agree(message: String, who: &str) -> String {
+    if !who.contains("`, `") {
+        return message;
+    }
+    let Some(at) = message.find(who).map(|i| i + who.len()) else {
+        return message;
+    };
+    let (head, rest) = message.split_at(at);
+    let rest = [
+        (" never gets ", " never get "),
+        (" gets ", " get "),
+        (" was ", " were "),
+    ]
+    .iter()
+    .find_map(|(s, p)| rest.strip_prefix(s).map(|r| format!("{p}{r}")))
+    .unwrap_or_else(|| rest.to_owned());
+    format!("{head}{rest}")
+}
+
 const KINDS: &[Kind] = &[
     Kind {
         code: "GS201",
@@ -59,12 +79,19 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         code: "GS204",
-        what: |op, who| format!("`{op}(t)` copies a tensor into a new one without history, so {who} never gets a gradient."),
-        fix: "Use the tensor itself (or `t.clone()`, `t.to(dtype)`, `torch.stack`/`torch.cat` of tensors) instead of `torch.tensor(t)`/`torch.as_tensor(t)`.",
+        what: |op, who| {
+            // A method is shown as `.new_tensor()`: the call with its argument reads `x.new_tensor(t)`.
+            let call = match op.strip_prefix('.') {
+                Some(m) => format!("x.{}", m.replacen("()", "(t)", 1)),
+                None => format!("{op}(t)"),
+            };
+            format!("`{call}` copies a tensor into a new one without history, so {who} never gets a gradient.")
+        },
+        fix: "Use the tensor itself (or `t.clone()`, `t.to(dtype)`, `torch.stack`/`torch.cat` of tensors) instead of `torch.tensor(t)`/`torch.as_tensor(t)`/`x.new_tensor(t)`.",
     },
     Kind {
         code: "GS205",
-        what: |op, who| format!("`{op}` turns the value into Python numbers; when it comes back as a tensor it has no history, so {who} never gets a gradient."),
+        what: |op, who| format!("`{op}` turns the value into Python numbers; what is computed from them has no history, so {who} never gets a gradient."),
         fix: "Keep the computation in torch ops (e.g. `torch.stack(values)` rather than `torch.tensor([v.item() for v in values])`, torch functions rather than numpy).",
     },
     Kind {
@@ -264,6 +291,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         let op = if op == "__array__" {
             // NumPy reading the tensor itself (`np.asarray(t)`, or a NumPy function given it).
             "np.asarray()".to_owned()
+        } else if let Some(f) = ["float", "complex"]
+            .into_iter()
+            .find(|f| op.strip_prefix("__").and_then(|o| o.strip_suffix("__")) == Some(f))
+        {
+            // Python's conversion (`float(t)`, or a constructor reading the tensor as one).
+            format!("{f}()")
         } else if cut.op.starts_with("Tensor.") {
             format!(".{op}()")
         } else {
@@ -302,7 +335,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         let mut message = match (inside, function) {
             (Some(call), _) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
             (_, Some(name)) => format!("{who}: the path to the loss runs through `{name}`, a custom `autograd.Function` whose `backward` returns no gradient (None) for that input, so these parameters never get a gradient."),
-            _ => (kind.what)(&op, &who),
+            _ => agree((kind.what)(&op, &who), &who),
         };
         let mut steps = vec![cut.step];
         if learned_before {
@@ -447,6 +480,20 @@ mod tests {
     use super::super::testing::*;
     use gradsleuth_model::capture::CutRec;
     use gradsleuth_model::{Category, Location};
+
+    #[test]
+    fn the_verb_agrees_with_several_modules() {
+        let one = super::agree(
+            "so `enc` (2 parameters) never gets a gradient.".into(),
+            "`enc` (2 parameters)",
+        );
+        assert_eq!(one, "so `enc` (2 parameters) never gets a gradient.");
+        let two = super::agree(
+            "so `enc`, `head` (6 parameters) never gets a gradient.".into(),
+            "`enc`, `head` (6 parameters)",
+        );
+        assert_eq!(two, "so `enc`, `head` (6 parameters) never get a gradient.");
+    }
 
     /// `fc.bias` (key 11) reached by every backward with an exactly zero gradient (`zero`) or
     /// a real one, and named by a detach the loss depends on.

@@ -17,6 +17,7 @@ pub mod compiled_region;
 pub mod fixed_model;
 pub mod frozen;
 pub mod functional_template;
+pub mod grad_cleared;
 pub mod graph_cut;
 pub mod inplace;
 pub mod never_stepped;
@@ -28,6 +29,7 @@ pub mod recreated_weights;
 pub mod scaler_skipped;
 pub mod unexplained;
 pub mod unregistered;
+pub mod untouched;
 pub mod unused;
 pub mod watch;
 pub mod zero_behind;
@@ -104,7 +106,9 @@ pub const ALL: &[Check] = &[
     frozen::CHECK,
     scaler_skipped::CHECK,
     never_stepped::CHECK,
+    untouched::CHECK,
     zero_grad_order::CHECK,
+    grad_cleared::CHECK,
     optimizer_stale::CHECK,
     optimizer_missing::CHECK,
     unused::CHECK,

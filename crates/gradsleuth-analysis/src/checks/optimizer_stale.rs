@@ -71,6 +71,34 @@ fn run(ctx: &Context) -> Vec<Finding> {
         }
         ctx.claim(missing.iter().copied());
         let names = super::names(ctx, &missing);
+        // Every tensor the optimizer holds is a module's that the script binds
+        // (`model.0.weight`) and that never ran, while a module with the same layers did: a
+        // copy trains instead (`ema = copy.deepcopy(model)` called in the loss). When part of
+        // what it holds still runs, the module it was built for runs: a layer was replaced.
+        let copied = (stale.len() == o.params.len())
+            .then(|| copied_from(ctx, &stale, &names))
+            .flatten();
+        if let Some(owner) = copied {
+            out.push(
+                CHECK.finding(Severity::Error,
+                    format!(
+                        "`{}` was built from the parameters of `{owner}`, but `{owner}` never runs: the forward calls another module with the same layers (a copy of it), so the optimizer steps {} that get no gradient, while the {} that run and get gradients are never updated.",
+                        o.class,
+                        plural(stale.len(), "parameter"),
+                        plural(names.len(), "parameter"),
+                    ),
+                )
+                .params(names)
+                .at(loc)
+                .chain([
+                    format!("optimizer built from `{owner}`"),
+                    format!("forward runs a copy of `{owner}`: its own parameter objects"),
+                    "optimizer.step() updates the parameters that never run ✗".into(),
+                ])
+                .fix(format!("Call `{owner}` in the training forward (keep the copy for evaluation or as an EMA/teacher), or build the optimizer from the module that runs.")),
+            );
+            continue;
+        }
         // The cause is the replacement (class c): the line of the optimizer's file that
         // assigns the replaced layer's attribute; the optimizer's line is related.
         let replaced = loc.as_ref().and_then(|l| {
@@ -119,6 +147,26 @@ fn run(ctx: &Context) -> Vec<Finding> {
     out
 }
 
+/// The variable whose module's parameters the optimizer's stale tensors are (`model` for
+/// `model.0.weight`, ...), when the parameters that run are that module's layers again
+/// (`0.weight`, ...): a copy of it runs in its place.
+fn copied_from(ctx: &Context, stale: &[u64], running: &[String]) -> Option<String> {
+    let names: Vec<&str> = stale
+        .iter()
+        .filter_map(|k| ctx.facts.rec(*k))
+        .map(|t| t.name.as_str())
+        .collect();
+    let owner = names.first()?.split('.').next()?;
+    let rest: Vec<&str> = names
+        .iter()
+        .map(|n| n.strip_prefix(owner).and_then(|r| r.strip_prefix('.')))
+        .collect::<Option<_>>()?;
+    let same_layers = !running.is_empty()
+        && rest.len() == running.len()
+        && running.iter().all(|r| rest.contains(&r.as_str()));
+    same_layers.then(|| owner.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
@@ -138,6 +186,47 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
         assert_eq!(f[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn a_copy_that_runs_instead_of_the_optimized_module_is_named() {
+        // `ema = copy.deepcopy(model)`, the optimizer built from `model`, the loss from `ema`.
+        let mut s = healthy(2);
+        s.capture.optimizers[0].params = vec![30, 31];
+        s.tensor(30, "model.fc.weight", 1, TensorKind::Foreign);
+        s.tensor(31, "model.fc.bias", 1, TensorKind::Foreign);
+        for st in &mut s.capture.steps {
+            st.grad_norms.clear();
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].message
+                .contains("parameters of `model`, but `model` never runs"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
+        // Layers that differ from the old ones: a replacement, told as before.
+        s.tensor(31, "model.head.bias", 1, TensorKind::Foreign);
+        let f = s.run(&CHECK);
+        assert!(
+            f[0].message
+                .contains("was built before part of the model was replaced"),
+            "{}",
+            f[0].message
+        );
+        // The same layer names, but part of what the optimizer holds still runs (`model.fc`
+        // replaced after `SGD(model.parameters())`): the module it was built for runs.
+        s.tensor(31, "model.fc.bias", 1, TensorKind::Foreign);
+        s.capture.optimizers[0].params.push(10);
+        let f = s.run(&CHECK);
+        assert!(
+            f[0].message
+                .contains("was built before part of the model was replaced"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -21,8 +21,12 @@ pub enum Kind {
     /// Ops whose gradient is zero where they saturate or mask (clamp, where, masked_fill).
     Saturating,
     /// Never a cut: constructors shaped like an input (`zeros_like`, `new_zeros`), metadata
-    /// (`.shape`, `.grad`, `.device` getters).
+    /// (`.shape`, `.device` getters).
     Ignore,
+    /// `p.grad` read: never a cut; the tensor it returns is `p`'s gradient.
+    GradRead,
+    /// `p.grad = value`.
+    GradSet,
 }
 
 #[derive(Clone, Debug)]
@@ -33,6 +37,9 @@ pub struct FuncInfo {
     /// The output is a product of its inputs (`mul`, `matmul`, `linear`, a convolution,
     /// attention): an all-zero input makes the gradient of every other input zero.
     pub product: bool,
+    /// A tensor method whose other tensor arguments give only a dtype, device or shape
+    /// (`x.to(other)`, `x.type_as(other)`): the gradient goes to the receiver alone.
+    pub receiver_only: bool,
 }
 
 /// Ops whose output multiplies its inputs (see [`FuncInfo::product`]).
@@ -135,13 +142,17 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
     let kind = match short.as_str() {
         "detach" | "detach_" => Kind::Detach,
         "data.__get__" => Kind::Data,
+        "grad.__get__" => Kind::GradRead,
+        "grad.__set__" => Kind::GradSet,
         _ if is_descriptor && !short.ends_with(".__set__") => Kind::Ignore,
         s if s.ends_with("_like") || (s.starts_with("new_") && s != "new_tensor") => Kind::Ignore,
         "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
         | "is_complex" | "__len__" | "__format__" | "__repr__" | "__hash__" | "__bool__"
         | "data_ptr" | "get_device" => Kind::Ignore,
-        // `__array__`: NumPy reading a tensor (`np.asarray(t)`, `np.tanh(t)`), as `.numpy()`.
-        "item" | "tolist" | "numpy" | "__array__" => Kind::ValueExit,
+        // `__array__`: NumPy reading a tensor (`np.asarray(t)`, `np.tanh(t)`), as `.numpy()`;
+        // `float(t)`: a Python number, as `.item()` (`int(t)` is a count or an index, which
+        // has no gradient anyway).
+        "item" | "tolist" | "numpy" | "__array__" | "__float__" | "__complex__" => Kind::ValueExit,
         "grad" if qual == "grad" => Kind::AutogradGrad,
         "clamp" | "clamp_" | "clip" | "clip_" | "clamp_min" | "clamp_max" | "hardtanh"
         | "hardtanh_" | "relu6" | "threshold" | "where" | "masked_fill" | "masked_fill_" => {
@@ -166,6 +177,11 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
         kind,
         inplace,
         product: PRODUCT.contains(&base),
+        receiver_only: qual.contains("Tensor")
+            && matches!(
+                short.as_str(),
+                "to" | "type_as" | "view_as" | "expand_as" | "reshape_as"
+            ),
     }
 }
 

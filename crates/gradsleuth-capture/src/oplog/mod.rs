@@ -99,6 +99,18 @@ pub trait Host: GraphSource<Id = usize, Node: Clone> {
     /// (`__qualname__` or `__name__`, the owner's `__name__` for descriptors) of a function.
     fn func_names(&self, f: &Self::Value) -> (String, Option<String>);
     fn inplace_target(&self, t: &Self::Value) -> InplaceTarget;
+    /// A Python float (what `.item()` / `float(t)` of a floating-point tensor return).
+    fn is_float(&self, _v: &Self::Value) -> bool {
+        false
+    }
+    /// How many numbers the tensor holds.
+    fn numel(&self, t: &Self::Value) -> u64 {
+        self.inplace_target(t)
+            .shape
+            .iter()
+            .map(|d| u64::try_from(*d).unwrap_or(0))
+            .product()
+    }
     /// The tensor a function transform wraps one level down (`vmap`'s batched tensor holds
     /// the tensor it was given, and the output it hands back is the one its last op wraps),
     /// None for a plain tensor. The wrapping and unwrapping are no ops a mode sees.
@@ -144,7 +156,7 @@ struct GradOff {
 }
 
 /// One op: `func(*args, **kwargs)` returned `out`.
-pub struct Call<V> {
+pub struct Call<V, N> {
     pub func: V,
     pub args: Vec<V>,
     /// Keyword argument values.
@@ -152,7 +164,18 @@ pub struct Call<V> {
     /// `inplace=True` was passed.
     pub inplace_kwarg: bool,
     pub out: V,
+    /// The first argument's history as it was before an op that drops it in place
+    /// (`h.detach_()`): read before the op runs, since afterwards the tensor has none.
+    pub dropped: Option<N>,
 }
+
+/// What a round trip's related line says where the value came back.
+const COMES_BACK: &str = "the value comes back into torch here";
+
+/// Where a tensor rebuilt from numbers that left autograd is first used: the call that rebuilt
+/// it is no torch function (`torch.Tensor(values)`, `torch.FloatTensor(values)`,
+/// `torch.from_numpy(array)`).
+const REBUILT: &str = "a tensor rebuilt from these numbers by a call the op log cannot see (`torch.Tensor(values)`, `torch.from_numpy(array)`) is first used here";
 
 struct Cut<N> {
     kind: Category,
@@ -209,6 +232,23 @@ pub struct OpLog<K, N> {
     /// later refuses one is told where it was made.
     off_made: FxHashMap<usize, (Site, K)>,
     values: FxHashMap<usize, (Vec<u32>, K)>,
+    /// A backward started (the script's writes to gradients count from here).
+    backward_seen: bool,
+    /// Between a backward and the next forward: only the script's reads and writes of
+    /// gradients are recorded (the rest is logging, clipping, the optimizer's own step).
+    pub grads_only: bool,
+    /// Gradient tensors the script read after a backward: address -> (the parameter's
+    /// address, keeper).
+    grads_of: FxHashMap<usize, (usize, K)>,
+    /// The script's writes to gradients after a backward (`p.grad = None`,
+    /// `p.grad.zero_()`): (the parameter's address, where, the op).
+    grad_writes: Vec<(usize, Option<Site>, Arc<str>)>,
+    /// Tensors needing no grad that ops took or returned (address -> keeper): one first seen
+    /// as an input was made by code the log does not see (the batch, or a legacy constructor).
+    known: FxHashMap<usize, K>,
+    /// Numbers that left autograd for Python (`.item()`, `float(t)`, `.tolist()`) and that no
+    /// op the log saw took back: (the exit's cuts, how many numbers), in order.
+    exits: Vec<(Vec<u32>, u64)>,
     cuts: Vec<Cut<N>>,
     grad_off: Vec<GradOff>,
     function_calls: Vec<FunctionCall>,
@@ -342,6 +382,12 @@ impl<K, N> OpLog<K, N> {
             taint: Default::default(),
             off_made: Default::default(),
             values: Default::default(),
+            known: Default::default(),
+            exits: Vec::new(),
+            backward_seen: false,
+            grads_only: false,
+            grads_of: Default::default(),
+            grad_writes: Vec::new(),
             cuts: Vec::new(),
             grad_off: Vec::new(),
             function_calls: Vec::new(),
@@ -392,6 +438,12 @@ impl<K, N> OpLog<K, N> {
         self.consumers.clear();
         self.taint.clear();
         self.values.clear();
+        self.known.clear();
+        self.exits.clear();
+        self.backward_seen = false;
+        self.grads_only = false;
+        self.grads_of.clear();
+        self.grad_writes.clear();
         self.created.clear();
         self.consumed.clear();
         self.requires_grad_set.clear();
@@ -632,8 +684,9 @@ impl<K, N> OpLog<K, N> {
 
     /// One op. An op the log cannot read counts in [`OpLog::errors`]; it never fails the
     /// user's call.
-    pub fn op<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, call: &Call<H::Value>) {
-        if self.record(h, call).is_err() {
+    pub fn op<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, mut call: Call<H::Value, N>) {
+        let dropped = call.dropped.take();
+        if self.record(h, &call, dropped).is_err() {
             self.errors += 1;
         }
     }
@@ -641,7 +694,8 @@ impl<K, N> OpLog<K, N> {
     fn record<H: Host<Keeper = K, Kept = N>>(
         &mut self,
         h: &mut H,
-        call: &Call<H::Value>,
+        call: &Call<H::Value, N>,
+        dropped: Option<N>,
     ) -> Result<(), H::Error> {
         self.ops += 1;
         let FuncInfo {
@@ -649,9 +703,11 @@ impl<K, N> OpLog<K, N> {
             kind,
             mut inplace,
             product,
+            receiver_only,
         } = self.func_info(h, &call.func);
         inplace |= call.inplace_kwarg;
         let first = call.args.first();
+        let grads_only = self.grads_only;
         if kind == Kind::GradMode {
             let enabled = first.and_then(|a| h.truthy(a)).unwrap_or(true);
             if enabled {
@@ -662,8 +718,37 @@ impl<K, N> OpLog<K, N> {
             }
             return Ok(());
         }
+        if matches!(kind, Kind::GradRead | Kind::GradSet) {
+            self.gradient_access(h, kind, call);
+            return Ok(());
+        }
+        if inplace && !self.grads_of.is_empty() {
+            // `p.grad.zero_()`, `p.grad.mul_(mask)`: the script writes a gradient.
+            if let Some(g) = first {
+                let param = match self.grads_of.get(&h.addr(g)) {
+                    Some((p, k)) if h.holds(k, g) => Some(*p),
+                    _ => None,
+                };
+                if let Some(param) = param {
+                    self.grad_write(h, param, &name);
+                }
+            }
+        }
+        if grads_only {
+            return Ok(());
+        }
         let mut inputs: Vec<H::Value> = Vec::new();
-        for a in call.args.iter().chain(&call.kwargs) {
+        let given = if receiver_only {
+            &call.args[..call.args.len().min(1)]
+        } else {
+            &call.args[..]
+        };
+        let kwargs = if receiver_only {
+            &[][..]
+        } else {
+            &call.kwargs[..]
+        };
+        for a in given.iter().chain(kwargs) {
             Self::tensors(h, a, &mut inputs);
         }
         for t in &inputs {
@@ -677,6 +762,10 @@ impl<K, N> OpLog<K, N> {
         let mut needs_grad: Vec<H::Value> = Vec::new();
         for t in &inputs {
             let requires = h.requires_grad(t)?;
+            if !requires {
+                // A constructor the log sees says where the value came back itself.
+                self.sighted(h, t, kind != Kind::Construct)?;
+            }
             if let Some(at) = self.tainted(h, t) {
                 let ts = &self.taint[&at].0;
                 union(&mut taint, ts);
@@ -736,6 +825,19 @@ impl<K, N> OpLog<K, N> {
             if let Some(data) = first {
                 self.value_taint(h, data, &mut taint, 0);
             }
+        } else if !self.values.is_empty() && kind != Kind::Ignore {
+            // A float that left autograd, used as an op's scalar (`logits / temp` with
+            // `temp = log_temp.exp().item()`): the output carries its cuts. Floats only: an
+            // integer is a count or an index, and small ones are shared objects.
+            for a in call.args.iter().chain(&call.kwargs) {
+                if h.is_float(a) {
+                    if let Some((t, keeper)) = self.values.get(&h.addr(a)) {
+                        if h.holds(keeper, a) {
+                            union(&mut taint, t);
+                        }
+                    }
+                }
+            }
         }
         let mut outputs: Vec<H::Value> = Vec::new();
         Self::tensors(h, &call.out, &mut outputs);
@@ -746,6 +848,9 @@ impl<K, N> OpLog<K, N> {
             let needs =
                 h.requires_grad(o)? || wrapped(h, o).any(|u| h.requires_grad(&u).unwrap_or(false));
             out_needs_grad |= needs;
+            if !needs && self.known.len() < 1_000_000 {
+                self.known.insert(h.addr(o), h.keep(o));
+            }
             // An in-place op (or one returning its input) makes nothing new: the op just used
             // that tensor.
             let a = h.addr(o);
@@ -796,9 +901,12 @@ impl<K, N> OpLog<K, N> {
         // Inside a custom Function's forward its backward decides the gradient (a reentrant
         // checkpoint over inputs that need none excepted: its output has no history).
         let inside_function = self.functions > 0 && self.checkpoint.is_empty();
+        // `h.detach_()`: the tensor no longer needs grad once the op returns; the history it
+        // had is what the cut stands behind.
+        let dropped = dropped.filter(|_| kind == Kind::Detach);
         if kind != Kind::Ignore
             && !inside_function
-            && !needs_grad.is_empty()
+            && (!needs_grad.is_empty() || dropped.is_some())
             && (value_exit
                 || leaf_view
                 || rewrapped_leaf
@@ -862,6 +970,9 @@ impl<K, N> OpLog<K, N> {
             site = Some(s.clone());
             let id = self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?;
             self.cuts[id as usize].inside = inside;
+            if let Some(n) = dropped {
+                self.cuts[id as usize].nodes.push(n);
+            }
             taint.push(id);
         } else if matches!(kind, Kind::NonDiff | Kind::Saturating)
             && out_needs_grad
@@ -904,6 +1015,21 @@ impl<K, N> OpLog<K, N> {
             }
             // Values leaving autograd carry what they depend on into Python.
             self.mark_values(h, &call.out, &taint, 0);
+            let whole = [".tolist", ".numpy", ".__array__"]
+                .iter()
+                .any(|e| name.ends_with(e));
+            let count = match first.filter(|t| whole && h.is_tensor(t)) {
+                Some(t) => h.numel(t),
+                None => 1,
+            };
+            if self.exits.len() < 4096 {
+                self.exits.push((taint.clone(), count));
+            }
+        }
+        if kind == Kind::Construct && !taint.is_empty() {
+            // Numbers an op the log sees took back are not waiting for an unseen one.
+            self.exits
+                .retain(|(ids, _)| !ids.iter().all(|i| taint.contains(i)));
         }
         if kind == Kind::Ignore {
             taint.clear();
@@ -919,11 +1045,10 @@ impl<K, N> OpLog<K, N> {
             if let Some(s) = site_now(h, &mut site) {
                 for &c in &taint {
                     if let Some(cut) = self.cuts.get_mut(c as usize) {
-                        let back = "the value comes back into torch here";
                         if cut.kind == Category::NumpyRoundtrip
-                            && !cut.related.iter().any(|(_, m)| *m == back)
+                            && !cut.related.iter().any(|(_, m)| *m == COMES_BACK)
                         {
-                            cut.related.push((s.clone(), back));
+                            cut.related.push((s.clone(), COMES_BACK));
                         }
                     }
                 }
@@ -1007,6 +1132,130 @@ impl<K, N> OpLog<K, N> {
         Ok(())
     }
 
+    /// `p.grad` read or assigned. After a backward: the gradient tensor a read returns is
+    /// remembered as `p`'s, and an assignment is a write to `p`'s gradient.
+    fn gradient_access<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        kind: Kind,
+        call: &Call<H::Value, N>,
+    ) {
+        let Some(p) = call.args.first() else { return };
+        let param = h.addr(p);
+        if kind == Kind::GradSet {
+            if self.backward_seen {
+                self.grad_write(h, param, &Arc::from("Tensor.grad"));
+            }
+            return;
+        }
+        let g = &call.out;
+        if h.is_tensor(g) {
+            if self.known.len() < 1_000_000 {
+                self.known.insert(h.addr(g), h.keep(g));
+            }
+            if self.backward_seen && self.grads_of.len() < 65_536 {
+                self.grads_of.insert(h.addr(g), (param, h.keep(g)));
+            }
+        }
+    }
+
+    /// The script wrote `param`'s gradient (after a backward, before the step). Only its own
+    /// code: a library's write (`optimizer.zero_grad()` sets `p.grad = None` inside torch)
+    /// is that call's, which its own check tells.
+    fn grad_write<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        param: usize,
+        op: &Arc<str>,
+    ) {
+        if self.grad_writes.len() < 65_536 && h.callee().is_none() {
+            let site = h.stack(1).into_iter().next();
+            if site.as_ref().is_some_and(|s| s.via.is_none()) {
+                self.grad_writes.push((param, site, op.clone()));
+            }
+        }
+    }
+
+    /// `t`, an input needing no grad: the first time it is seen, it may be a tensor rebuilt
+    /// from numbers that left autograd ([`OpLog::rebuilt`]).
+    fn sighted<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        t: &H::Value,
+        tell: bool,
+    ) -> Result<(), H::Error> {
+        let a = h.addr(t);
+        if self.exits.is_empty() {
+            // Nothing waits for a way back: only remember it (a stale entry at a reused
+            // address is told apart by its keeper when it matters).
+            if self.known.len() < 1_000_000 && !self.known.contains_key(&a) {
+                self.known.insert(a, h.keep(t));
+            }
+            return Ok(());
+        }
+        if self.known.get(&a).is_some_and(|k| h.holds(k, t)) {
+            return Ok(());
+        }
+        self.rebuilt(h, t, tell)?;
+        if self.known.len() < 1_000_000 {
+            self.known.insert(a, h.keep(t));
+        }
+        Ok(())
+    }
+
+    /// `t`, seen for the first time as an op's input while numbers that left autograd wait
+    /// for a way back: when it holds exactly as many numbers as the latest of those exits
+    /// together (`torch.Tensor([float(s) for s in scores])`, `torch.FloatTensor(h.tolist())`:
+    /// constructors that are no torch function), it was rebuilt from them and carries their
+    /// cuts.
+    fn rebuilt<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        t: &H::Value,
+        tell: bool,
+    ) -> Result<(), H::Error> {
+        if self.tainted(h, t).is_some() {
+            return Ok(());
+        }
+        let numel = h.numel(t);
+        let mut sum = 0;
+        let mut from = None;
+        for (i, (_, n)) in self.exits.iter().enumerate().rev() {
+            sum += n;
+            if sum == numel {
+                from = Some(i);
+                break;
+            }
+            if sum > numel {
+                break;
+            }
+        }
+        let Some(i) = from else { return Ok(()) };
+        let mut ids = Vec::new();
+        for (t, _) in self.exits.drain(i..) {
+            union(&mut ids, &t);
+        }
+        if let Some(site) = h.stack(1).into_iter().next().filter(|_| tell) {
+            for &c in &ids {
+                if let Some(cut) = self.cuts.get_mut(c as usize) {
+                    // On the exit's own line (`torch.Tensor(h.tolist())`) it says nothing more.
+                    let same_line = cut
+                        .site
+                        .as_ref()
+                        .is_some_and(|s| s.file == site.file && s.line == site.line);
+                    if cut.kind == Category::NumpyRoundtrip
+                        && !same_line
+                        && !cut.related.iter().any(|(_, m)| *m == REBUILT)
+                    {
+                        cut.related.push((site.clone(), REBUILT));
+                    }
+                }
+            }
+        }
+        self.taint.insert(h.addr(t), (ids, h.keep(t)));
+        Ok(())
+    }
+
     /// The address of the taint entry `t` carries: its own, else (once a cut exists) that of
     /// the tensor a function transform wrapped into it (`vmap` over a detached tensor).
     fn tainted<H: Host<Keeper = K, Kept = N>>(&self, h: &H, t: &H::Value) -> Option<usize> {
@@ -1028,6 +1277,7 @@ impl<K, N> OpLog<K, N> {
 
     /// A backward starts from `loss`: remember which cuts it depends on.
     pub fn loss<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, loss: &H::Value) {
+        self.backward_seen = true;
         let ptr = h.addr(loss);
         let mut taint = match self.taint.get(&ptr) {
             Some((t, keeper)) if h.holds(keeper, loss) => t.clone(),
@@ -1230,6 +1480,7 @@ impl<K, N> OpLog<K, N> {
         recorder: &mut Recorder,
         unreached: &FxHashMap<usize, u64>,
         zero: &FxHashMap<usize, u64>,
+        cleared: &FxHashMap<usize, u64>,
     ) {
         let mut order: Vec<u32> = self.loss_taint.clone();
         order.sort_unstable();
@@ -1488,6 +1739,40 @@ impl<K, N> OpLog<K, N> {
                 chain_from: None,
                 step: self.step,
                 within: Some(Within::FunctionBackward(call.name.to_string())),
+            });
+        }
+        // The script's own writes to gradients between backward and the step (`p.grad =
+        // None`, `p.grad.zero_()`): for parameters whose gradient is gone (`cleared`) or
+        // exactly zero at the step, and that no cut explains, the write is why.
+        let mut writes: Vec<(Option<Site>, Arc<str>, Vec<u64>)> = Vec::new();
+        for (param, site, op) in &self.grad_writes {
+            let Some(k) = cleared.get(param).or_else(|| zero.get(param)) else {
+                continue;
+            };
+            if out.iter().any(|c| c.params.contains(k)) {
+                continue;
+            }
+            match writes.iter_mut().find(|(s, o, _)| s == site && o == op) {
+                Some((_, _, ks)) => {
+                    if !ks.contains(k) {
+                        ks.push(*k);
+                    }
+                }
+                None => writes.push((site.clone(), op.clone(), vec![*k])),
+            }
+        }
+        for (site, op, mut params) in writes {
+            params.sort_unstable();
+            out.push(CutRec {
+                kind: Category::ZeroGradOrder,
+                op: op.to_string(),
+                location: site.as_ref().and_then(|s| recorder.site_location(s)),
+                related: Vec::new(),
+                params,
+                chain: Vec::new(),
+                chain_from: None,
+                step: self.step,
+                within: None,
             });
         }
         recorder.capture.cuts.extend(out);

@@ -33,6 +33,15 @@ mod tests {
     }
 
     #[test]
+    fn a_dtype_and_device_source_passes_no_gradient() {
+        // `.to(v)` / `.type_as(v)` take only the dtype and device of `v`.
+        for tail in [".to(v)", ".type_as(v)"] {
+            let src = format!("import torch\nimport torch.nn as nn\n\nclass Attn(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.v = nn.Linear(4, 4)\n        self.o = nn.Linear(4, 4)\n\n    def forward(self, x):\n        v = self.v(x)\n        v = torch.Tensor(v.tolist()){tail}\n        return self.o(v)\n");
+            assert_eq!(codes(&src), vec![("GS317".into(), 12)], "{tail}");
+        }
+    }
+
+    #[test]
     fn a_numpy_round_trip_is_one_even_after_detach() {
         let src = "import torch\nimport torch.nn as nn\n\nclass Attn(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.v = nn.Linear(4, 4)\n        self.o = nn.Linear(4, 4)\n\n    def forward(self, x):\n        v = self.v(x)\n        v = torch.from_numpy(v.detach().cpu().float().numpy())\n        return self.o(v)\n";
         assert_eq!(codes(src), vec![("GS317".into(), 12)]);

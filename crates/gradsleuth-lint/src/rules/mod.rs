@@ -31,6 +31,7 @@ pub mod step_before_backward;
 pub mod step_not_called;
 pub mod tensor_rewrap;
 pub mod unregistered;
+pub mod update_discarded;
 pub mod zero_grad_not_called;
 pub mod zero_grad_order;
 
@@ -142,6 +143,7 @@ pub const ALL: &[&Rule] = &[
     &step_not_called::RULE,
     &backward_not_called::RULE,
     &zero_grad_not_called::RULE,
+    &update_discarded::RULE,
 ];
 
 /// A statement that is only `<receiver>.<method>` (the call's parentheses forgotten): reported

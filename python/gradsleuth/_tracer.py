@@ -691,8 +691,6 @@ class Tracer:
                 self._progress("forward")
                 if self._pending_pop:
                     self._pop_pending()
-                if self._oplog is not None:
-                    self._oplog.grads_only = False
                 if self._deep and self._mode is None:
                     self._enter_op_mode()
             with own_ops():  # the scan's reads are not the user's ops
@@ -1675,11 +1673,6 @@ class Tracer:
         if self._deep and not self._optimizers:
             self._end_deep()
         self._check_done()
-        if self.active and self._deep and self._oplog is not None and self._mode is None:
-            # Until the next forward or the step, the script's reads and writes of gradients
-            # (`p.grad = None` before `step()` is why a weight does not move).
-            self._oplog.grads_only = True
-            self._enter_op_mode()
 
     def _wrap_grad(self, original):
         tracer = self

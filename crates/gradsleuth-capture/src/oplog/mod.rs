@@ -234,9 +234,6 @@ pub struct OpLog<K, N> {
     values: FxHashMap<usize, (Vec<u32>, K)>,
     /// A backward started (the script's writes to gradients count from here).
     backward_seen: bool,
-    /// Between a backward and the next forward: only the script's reads and writes of
-    /// gradients are recorded (the rest is logging, clipping, the optimizer's own step).
-    pub grads_only: bool,
     /// Gradient tensors the script read after a backward: address -> (the parameter's
     /// address, keeper).
     grads_of: FxHashMap<usize, (usize, K)>,
@@ -385,7 +382,6 @@ impl<K, N> OpLog<K, N> {
             known: Default::default(),
             exits: Vec::new(),
             backward_seen: false,
-            grads_only: false,
             grads_of: Default::default(),
             grad_writes: Vec::new(),
             cuts: Vec::new(),
@@ -441,7 +437,6 @@ impl<K, N> OpLog<K, N> {
         self.known.clear();
         self.exits.clear();
         self.backward_seen = false;
-        self.grads_only = false;
         self.grads_of.clear();
         self.grad_writes.clear();
         self.created.clear();
@@ -707,7 +702,6 @@ impl<K, N> OpLog<K, N> {
         } = self.func_info(h, &call.func);
         inplace |= call.inplace_kwarg;
         let first = call.args.first();
-        let grads_only = self.grads_only;
         if kind == Kind::GradMode {
             let enabled = first.and_then(|a| h.truthy(a)).unwrap_or(true);
             if enabled {
@@ -733,9 +727,6 @@ impl<K, N> OpLog<K, N> {
                     self.grad_write(h, param, &name);
                 }
             }
-        }
-        if grads_only {
-            return Ok(());
         }
         let mut inputs: Vec<H::Value> = Vec::new();
         let given = if receiver_only {

@@ -406,12 +406,37 @@ for step in range(4):
 """
 
 
+_WHOLE_STEP = """    with Counter() as counter:
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
 @pytest.mark.parametrize("mode", [[], ["--deep"], ["--watch"]])
-def test_a_users_function_mode_sees_only_the_users_ops(mode, write_script, tmp_path):
+@pytest.mark.parametrize(
+    "body",
+    [
+        _WHOLE_STEP,
+        # the mode entered after the forward; the backward called through the mode's handler,
+        # or as a function while the mode is on the stack: the watch of gradient writes after
+        # backward must keep out of the way of both
+        _WHOLE_STEP.replace("    with Counter() as counter:\n        loss", "    loss")
+        .replace("        opt.zero_grad()\n", "    opt.zero_grad()\n    with Counter() as counter:\n"),
+        _WHOLE_STEP.replace("    with Counter() as counter:\n        loss", "    loss")
+        .replace("        opt.zero_grad()\n", "    opt.zero_grad()\n    with Counter() as counter:\n")
+        .replace("loss.backward()", "torch.autograd.backward(loss)"),
+    ],
+    ids=["whole-step", "backward-and-step", "autograd-backward-and-step"],
+)
+def test_a_users_function_mode_sees_only_the_users_ops(mode, body, write_script, tmp_path):
     """An op counter (a TorchFunctionMode of the user's, like FLOP counters and
-    `torch.device(...)`) around the whole step counts the same ops under gradsleuth as
-    without it: the model scan, the norms around the step and the graph walk are not seen."""
-    script = write_script(COUNTED)
+    `torch.device(...)`) around the whole step or a part of it counts the same ops under
+    gradsleuth as without it: the model scan, the norms around the step, the graph walk and
+    the gradient watch after backward are not seen."""
+    text = COUNTED.replace(_WHOLE_STEP, body)
+    script = write_script(text)
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
     want = [line for line in plain.stdout.splitlines() if line.startswith("ops")]
     assert len(want) == 4, plain.stdout + plain.stderr

@@ -76,6 +76,9 @@ OPERATORS = {
         Operator("optimizer_subset", "optimizer_missing", "loop"),
         Operator("optimizer_before_replace", "optimizer_stale", "loop"),
         Operator("zero_grad_order", "zero_grad_order", "loop"),
+        # The same bug written by hand: each gradient cleared after backward (`p.grad = None`,
+        # or zeroed through its `.data` view, as pre-0.4 code did).
+        Operator("grad_cleared", "zero_grad_order", "loop"),
         Operator("clip_zero", "grad_clip", "loop"),
         Operator("hook_zero", "grad_hook", "loop"),
         # Which names a filter matches is known only from the model's parameter names (a
@@ -484,6 +487,8 @@ def loop_sites(tree, op: str, facts: dict):
         return [(opts[0], lin) for lin in linears[-2:]] if opts else []
     if op == "zero_grad_order":
         return [(b, opts[0].targets[0].id) for b in backward[:1]] if opts else []  # type: ignore[attr-defined]
+    if op == "grad_cleared":
+        return [(b, v) for b in backward[:1] for v in ("none", "data_zero")] if model_line else []
     if op == "clip_zero":
         return _module_assigns(
             tree, lambda s: isinstance(s.targets[0], ast.Name) and s.targets[0].id == "max_norm"
@@ -533,6 +538,11 @@ def apply_loop(op: str, source: str, site, file: str, facts: dict) -> Mutant | N
         b, opt = site
         src, ln = _insert_after(lines, b, [f"{opt}.zero_grad()"])
         return mk(src, ln, "zero_grad after backward", [b.lineno])
+    if op == "grad_cleared":
+        b, variant = site
+        write = "p.grad = None" if variant == "none" else "if p.grad is not None:\n        p.grad.data.zero_()"
+        src, ln = _insert_after(lines, b, ["for p in model.parameters():", *("    " + w for w in write.split("\n"))])
+        return mk(src, ln, f"each gradient cleared after backward ({variant})", [b.lineno])
     if op == "clip_zero":
         s = site
         new = _replace_stmt(source, s, "max_norm = 0.0")

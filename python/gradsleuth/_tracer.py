@@ -626,7 +626,9 @@ class Tracer:
         self._pop_pending()
 
     def _pop_pending(self):
-        while self._pending_pop and self._pending_pop[-1].inside == 0:
+        """Pops the passive modes that are on top of the stack and not inside an op; one a
+        user's mode went on above stays (it only forwards) until that one comes off."""
+        while self._pending_pop and self._pending_pop[-1].inside == 0 and _on_top(self._pending_pop[-1]):
             mode = self._pending_pop.pop()
             try:
                 mode.__exit__(None, None, None)
@@ -691,6 +693,8 @@ class Tracer:
                 self._progress("forward")
                 if self._pending_pop:
                     self._pop_pending()
+                if self._oplog is not None:
+                    self._oplog.grads_only = False
                 if self._deep and self._mode is None:
                     self._enter_op_mode()
             with own_ops():  # the scan's reads are not the user's ops
@@ -1519,13 +1523,16 @@ class Tracer:
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"fingerprints after backward: {type(e).__name__}: {e}")
 
-    def _fingerprint_unheld(self):
+    def _fingerprint_unheld(self, keys=None):
         """With no optimizer yet, bit fingerprints of the parameters the first backward gave a
-        gradient: the end of observation shows whether the script's own update changed them."""
+        gradient (`keys`: those `autograd.grad` returned one for, which it does not store):
+        the end of observation shows whether the script's own update changed them."""
         try:
             with own_ops():
                 held = [
-                    (k, t) for k in self._hooked if isinstance(t := self.obj(k), nn.Parameter) and t.grad is not None
+                    (k, t)
+                    for k in (self._hooked if keys is None else keys)
+                    if isinstance(t := self.obj(k), nn.Parameter) and (keys is not None or t.grad is not None)
                 ]
                 bits = fingerprints([t.detach() for _, t in held])
                 self._bits_unheld = dict(zip([k for k, _ in held], bits))
@@ -1673,6 +1680,11 @@ class Tracer:
         if self._deep and not self._optimizers:
             self._end_deep()
         self._check_done()
+        if self.active and self._deep and self._oplog is not None and self._mode is None and _no_user_mode():
+            # Until the next forward or the step, the script's reads and writes of gradients
+            # (`p.grad = None` before `step()` is why a weight does not move).
+            self._oplog.grads_only = True
+            self._enter_op_mode()
 
     def _wrap_grad(self, original):
         tracer = self
@@ -1700,6 +1712,8 @@ class Tracer:
                 got = [(k, g) for k, g in pairs if k is not None and g is not None]
                 for k, _ in got:
                     tracer.rec.reached(k)
+                if not tracer._optimizers and not tracer._bits_unheld:
+                    tracer._fingerprint_unheld([k for k, _ in got])
                 ns = norms([g.detach() for _, g in got])
                 tracer.rec.backward_end([(k, n) for (k, _), n in zip(got, ns)])
             except Exception as e:  # noqa: BLE001
@@ -1721,6 +1735,34 @@ class Tracer:
             self.rec.derivative(upstream, kept)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"derivative: {e}")
+
+
+def _on_top(mode) -> bool:
+    """`mode` is the innermost function mode (its `__exit__` pops whatever is)."""
+    try:
+        from torch.overrides import _get_current_function_mode
+
+        return _get_current_function_mode() is mode
+    except Exception:  # noqa: BLE001 - a torch without it: pop as entered
+        return True
+
+
+def _no_user_mode() -> bool:
+    """No function mode of anyone else is active, nor is this call inside one's handler
+    (torch pops a mode while its `__torch_function__` runs, so a mode pushed there would sit
+    below it once the handler returns, and come off the stack out of order). Ours is native:
+    a Python `__torch_function__` frame above this one is somebody else's."""
+    try:
+        if torch._C._len_torch_function_stack() != 0:
+            return False
+    except Exception:  # noqa: BLE001 - an old torch without it: only the frames say
+        pass
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "__torch_function__":
+            return False
+        frame = frame.f_back
+    return True
 
 
 def _in_owner_init(t, frame) -> bool:

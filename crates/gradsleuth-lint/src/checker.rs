@@ -59,6 +59,10 @@ pub struct Checker<'a> {
     holds: Vec<bool>,
     /// Enclosing function names.
     functions: Vec<String>,
+    /// Names assigned a list of parameters (`params = list(model.parameters())`), each with
+    /// whether they are a whole model's (see `rules::update_discarded::param_list`). A name
+    /// is taken for the whole file: a loop over it is a loop over parameters.
+    pub param_lists: HashMap<String, bool>,
 }
 
 /// `a.b.c` for a chain of names and attributes; None for anything else.
@@ -234,6 +238,7 @@ impl<'a> Checker<'a> {
             classes: Vec::new(),
             holds: Vec::new(),
             functions: Vec::new(),
+            param_lists: HashMap::new(),
         }
     }
 
@@ -620,6 +625,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::no_grad_forward::check(self, f);
                 self.functions.push(f.name.id.to_string());
                 rules::zero_grad_order::check(self, &f.body);
+                rules::grad_cleared::check(self, &f.body);
                 rules::step_before_backward::check(self, &f.body);
                 rules::grad_without_create_graph::check(self, &f.body);
                 rules::frozen_then_optimized::check(self, &f.body);
@@ -648,6 +654,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
             Stmt::For(f) => {
                 rules::update_discarded::check(self, f);
                 rules::zero_grad_order::check(self, &f.body);
+                rules::grad_cleared::check(self, &f.body);
                 rules::step_before_backward::check(self, &f.body);
                 rules::stale_graph::check(
                     self,
@@ -657,6 +664,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
             }
             Stmt::While(w) => {
                 rules::zero_grad_order::check(self, &w.body);
+                rules::grad_cleared::check(self, &w.body);
                 rules::step_before_backward::check(self, &w.body);
                 rules::stale_graph::check(self, &[], &w.body);
             }
@@ -667,6 +675,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::zero_grad_not_called::check(self, e);
             }
             Stmt::Assign(a) => {
+                rules::update_discarded::param_list(self, a);
                 rules::unregistered::check(self, a);
                 rules::non_leaf_param::check(self, a);
                 rules::non_diff_in_loss::check(self, stmt);

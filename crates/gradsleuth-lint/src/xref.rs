@@ -31,8 +31,9 @@ fn lint_cached(file: &str) -> Vec<Finding> {
 
 /// (runtime code, lint code): the runtime sees weights that no update changed (GS113, an info
 /// line when a script may only compute gradients), lint sees the update assigned to a name
-/// and dropped (GS329).
-const CONFIRMS: &[(&str, &str)] = &[("GS113", "GS329")];
+/// and dropped (GS329); the runtime sees gradients gone at the step after the script's write
+/// (GS215), lint sees the loop that clears them between `backward()` and `step()` (GS330).
+const CONFIRMS: &[(&str, &str)] = &[("GS113", "GS329"), ("GS215", "GS330")];
 
 /// A runtime finding that `gradsleuth lint` would have caught names the rule: the same
 /// category (or the optimizer pair) at the same line of the same file, found by linting the

@@ -532,6 +532,18 @@ impl OpLog {
         self.log.clear();
     }
 
+    /// Between a backward and the next forward: only reads and writes of gradients are
+    /// recorded.
+    #[getter]
+    fn grads_only(&self) -> bool {
+        self.log.grads_only
+    }
+
+    #[setter]
+    fn set_grads_only(&mut self, value: bool) {
+        self.log.grads_only = value;
+    }
+
     #[getter]
     fn cut_count(&self) -> usize {
         self.log.cut_count()
@@ -714,7 +726,9 @@ impl OpCall {
         self.own_read(py, move || match outcome {
             Ok(out) => {
                 if let Ok(mut log) = self.log.bind(py).try_borrow_mut() {
-                    if self.probe {
+                    // The probe digests the step's own ops: not the reads and writes of
+                    // gradients watched between a backward and the next forward.
+                    if self.probe && !log.log.grads_only {
                         if let Ok(mut rec) = self.recorder.bind(py).try_borrow_mut() {
                             log.digest(py, &mut rec.inner, &func, out);
                         }

@@ -44,16 +44,25 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if keys.is_empty() {
             continue;
         }
-        let class = ctx
-            .capture
-            .module(root)
-            .map_or("model".to_owned(), |m| m.class.clone());
+        let names = super::names(ctx, &keys);
+        // With several models, parameter names start with the model's variable (`teacher.`):
+        // that names it better than its class.
+        let prefix = names
+            .first()
+            .and_then(|n| n.split_once('.'))
+            .map(|(p, _)| p)
+            .filter(|p| names.iter().all(|n| n.starts_with(&format!("{p}."))));
+        let label = match (prefix, ctx.capture.module(root)) {
+            (Some(p), _) => p.to_owned(),
+            (None, Some(m)) => m.class.clone(),
+            (None, None) => "model".to_owned(),
+        };
         ctx.claim(keys.iter().copied());
         out.push(
             CHECK.finding(Severity::Info,
-                format!("`{class}` ({}) is used as a fixed model: no optimizer holds it and no backward reaches it (a target network or a teacher).", plural(keys.len(), "parameter")),
+                format!("`{label}` ({}) is used as a fixed model: no optimizer holds it and no backward reaches it (a target network or a teacher).", plural(keys.len(), "parameter")),
             )
-            .params(super::names(ctx, &keys)),
+            .params(names),
         );
     }
     out
@@ -75,6 +84,11 @@ mod tests {
         let f = s.run(&CHECK);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].message.starts_with("`target` (1 parameter)"),
+            "{}",
+            f[0].message
+        );
         assert!(s.quiet());
     }
 

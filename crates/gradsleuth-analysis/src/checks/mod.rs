@@ -17,6 +17,7 @@ pub mod compiled_region;
 pub mod fixed_model;
 pub mod frozen;
 pub mod functional_template;
+pub mod grad_cleared;
 pub mod graph_cut;
 pub mod inplace;
 pub mod never_stepped;
@@ -107,6 +108,7 @@ pub const ALL: &[Check] = &[
     never_stepped::CHECK,
     untouched::CHECK,
     zero_grad_order::CHECK,
+    grad_cleared::CHECK,
     optimizer_stale::CHECK,
     optimizer_missing::CHECK,
     unused::CHECK,

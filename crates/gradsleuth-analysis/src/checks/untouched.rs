@@ -60,7 +60,7 @@ fn run(ctx: &Context) -> Vec<Finding> {
             "backward(): gradients computed".into(),
             "update: weights unchanged ✗".into(),
         ])
-        .fix("Update the parameters in place under `torch.no_grad()` (`p -= lr * p.grad`; assigning `p = p - lr * p.grad` only rebinds the name), over every parameter that should train, or use an optimizer: `torch.optim.SGD(model.parameters(), lr=lr)`.")]
+        .fix("Update the parameters in place under `torch.no_grad()` (`p -= lr * p.grad` or `p.sub_(lr * p.grad)`; assigning `p = p - lr * p.grad` only rebinds the name, and `p.sub(...)` returns a new tensor), over every parameter that should train, or use an optimizer: `torch.optim.SGD(model.parameters(), lr=lr)`.")]
 }
 
 #[cfg(test)]

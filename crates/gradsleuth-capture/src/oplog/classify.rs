@@ -40,7 +40,40 @@ pub struct FuncInfo {
     /// A tensor method whose other tensor arguments give only a dtype, device or shape
     /// (`x.to(other)`, `x.type_as(other)`): the gradient goes to the receiver alone.
     pub receiver_only: bool,
+    /// The output is a view of the first argument (`.data`, `.detach()`, `.view()`, basic
+    /// indexing): writing it writes the argument (`p.grad.data.zero_()`).
+    pub alias: bool,
+    /// `t.data = value`: replaces the receiver's contents, a write to it.
+    pub sets_data: bool,
 }
+
+/// Ops whose output shares the storage of their first argument (see [`FuncInfo::alias`]).
+pub const ALIAS: &[&str] = &[
+    "data.__get__",
+    "detach",
+    "view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "flatten",
+    "__getitem__",
+    "narrow",
+    "select",
+    "squeeze",
+    "unsqueeze",
+    "t",
+    "transpose",
+    "permute",
+    "unflatten",
+    "as_strided",
+    "expand",
+    "expand_as",
+    "ravel",
+    "view_as_real",
+    "unbind",
+    "split",
+    "chunk",
+];
 
 /// Ops whose output multiplies its inputs (see [`FuncInfo::product`]).
 pub const PRODUCT: &[&str] = &[
@@ -182,6 +215,8 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
                 short.as_str(),
                 "to" | "type_as" | "view_as" | "expand_as" | "reshape_as"
             ),
+        alias: ALIAS.contains(&short.as_str()),
+        sets_data: short == "data.__set__",
     }
 }
 

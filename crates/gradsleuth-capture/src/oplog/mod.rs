@@ -234,6 +234,9 @@ pub struct OpLog<K, N> {
     values: FxHashMap<usize, (Vec<u32>, K)>,
     /// A backward started (the script's writes to gradients count from here).
     backward_seen: bool,
+    /// Between a backward and the next forward: only the script's reads and writes of
+    /// gradients are recorded (the rest is logging, clipping, the optimizer's own step).
+    pub grads_only: bool,
     /// Gradient tensors the script read after a backward: address -> (the parameter's
     /// address, keeper).
     grads_of: FxHashMap<usize, (usize, K)>,
@@ -382,6 +385,7 @@ impl<K, N> OpLog<K, N> {
             known: Default::default(),
             exits: Vec::new(),
             backward_seen: false,
+            grads_only: false,
             grads_of: Default::default(),
             grad_writes: Vec::new(),
             cuts: Vec::new(),
@@ -437,6 +441,7 @@ impl<K, N> OpLog<K, N> {
         self.known.clear();
         self.exits.clear();
         self.backward_seen = false;
+        self.grads_only = false;
         self.grads_of.clear();
         self.grad_writes.clear();
         self.created.clear();
@@ -699,9 +704,12 @@ impl<K, N> OpLog<K, N> {
             mut inplace,
             product,
             receiver_only,
+            alias,
+            sets_data,
         } = self.func_info(h, &call.func);
         inplace |= call.inplace_kwarg;
         let first = call.args.first();
+        let grads_only = self.grads_only;
         if kind == Kind::GradMode {
             let enabled = first.and_then(|a| h.truthy(a)).unwrap_or(true);
             if enabled {
@@ -716,17 +724,23 @@ impl<K, N> OpLog<K, N> {
             self.gradient_access(h, kind, call);
             return Ok(());
         }
-        if inplace && !self.grads_of.is_empty() {
-            // `p.grad.zero_()`, `p.grad.mul_(mask)`: the script writes a gradient.
-            if let Some(g) = first {
-                let param = match self.grads_of.get(&h.addr(g)) {
-                    Some((p, k)) if h.holds(k, g) => Some(*p),
-                    _ => None,
-                };
-                if let Some(param) = param {
+        if (inplace || sets_data || alias) && !self.grads_of.is_empty() {
+            // `p.grad.zero_()`, `p.grad.mul_(mask)`, `p.grad.data = ...`: the script writes a
+            // gradient; `p.grad.data`, `p.grad.view(-1)`: a view of it, whose writes are its.
+            let param = first.and_then(|g| match self.grads_of.get(&h.addr(g)) {
+                Some((p, k)) if h.holds(k, g) => Some(*p),
+                _ => None,
+            });
+            if let Some(param) = param {
+                if alias {
+                    self.grad_aliases(h, param, &call.out);
+                } else {
                     self.grad_write(h, param, &name);
                 }
             }
+        }
+        if grads_only {
+            return Ok(());
         }
         let mut inputs: Vec<H::Value> = Vec::new();
         let given = if receiver_only {
@@ -1150,19 +1164,39 @@ impl<K, N> OpLog<K, N> {
         }
     }
 
-    /// The script wrote `param`'s gradient (after a backward, before the step). Only its own
-    /// code: a library's write (`optimizer.zero_grad()` sets `p.grad = None` inside torch)
-    /// is that call's, which its own check tells.
+    /// `out` (a tensor, or the tuple `split`/`unbind` return) views `param`'s gradient.
+    fn grad_aliases<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        param: usize,
+        out: &H::Value,
+    ) {
+        let mut views: Vec<H::Value> = Vec::new();
+        Self::tensors(h, out, &mut views);
+        for v in views {
+            if self.grads_of.len() < 65_536 {
+                self.grads_of.insert(h.addr(&v), (param, h.keep(&v)));
+            }
+        }
+    }
+
+    /// The script wrote `param`'s gradient (after a backward, before the step), itself or
+    /// through a function it called (`nn.init.zeros_(p.grad)`): the write is told at the
+    /// script's line, as the function's. A call with its own check (`optimizer.zero_grad()`
+    /// there is GS108) claims its parameters first.
     fn grad_write<H: Host<Keeper = K, Kept = N>>(
         &mut self,
         h: &mut H,
         param: usize,
         op: &Arc<str>,
     ) {
-        if self.grad_writes.len() < 65_536 && h.callee().is_none() {
-            let site = h.stack(1).into_iter().next();
-            if site.as_ref().is_some_and(|s| s.via.is_none()) {
-                self.grad_writes.push((param, site, op.clone()));
+        if self.grad_writes.len() < 65_536 {
+            let op = match h.callee() {
+                Some(c) => Arc::from(c.name.as_str()),
+                None => op.clone(),
+            };
+            if let Some(site) = h.stack(1).into_iter().next() {
+                self.grad_writes.push((param, Some(site), op));
             }
         }
     }

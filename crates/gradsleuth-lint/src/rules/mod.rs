@@ -11,6 +11,7 @@ pub mod buffer_not_param;
 pub mod data_attr;
 pub mod detach_cut;
 pub mod frozen_then_optimized;
+pub mod grad_cleared;
 pub mod grad_clip_zero;
 pub mod grad_without_create_graph;
 pub mod hook_zeroes_grad;
@@ -144,6 +145,7 @@ pub const ALL: &[&Rule] = &[
     &backward_not_called::RULE,
     &zero_grad_not_called::RULE,
     &update_discarded::RULE,
+    &grad_cleared::RULE,
 ];
 
 /// A statement that is only `<receiver>.<method>` (the call's parentheses forgotten): reported

@@ -300,7 +300,7 @@ struct Step {
     inputs: Vec<String>,
     kw: Vec<String>,
     out: Option<String>,
-    /// `tensor` (default), `float`, `list`, `tuple:N`.
+    /// `tensor` (default), `float`, `list`, `tuple:N`, `values_indices`.
     out_kind: Option<String>,
     /// Whether the output requires grad (default: grad mode on and an input requires grad).
     grad: Option<bool>,
@@ -610,6 +610,22 @@ fn run_fixture(path: &Path) -> Value {
                     names.insert(format!("{out_name}.{i}"), *a);
                 }
                 w.alloc(Obj::Tuple(items), None)
+            }
+            // `x.max(dim)`, `topk`, `sort`: `(values, indices)`, the indices needing no grad.
+            "values_indices" => {
+                let values = make_tensor(&mut w, None);
+                let indices = w.alloc(
+                    Obj::Tensor {
+                        requires_grad: false,
+                        node: None,
+                        version: 0,
+                        shape: vec![4],
+                    },
+                    None,
+                );
+                names.insert(format!("{out_name}.0"), values);
+                names.insert(format!("{out_name}.1"), indices);
+                w.alloc(Obj::Tuple(vec![values, indices]), None)
             }
             k => panic!("out_kind {k}"),
         };

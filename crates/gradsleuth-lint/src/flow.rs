@@ -302,6 +302,51 @@ const ITEM_METHODS: &[&str] = &["item", "tolist", "numpy"];
 const NON_DIFF_METHODS: &[&str] = &[
     "argmax", "argmin", "round", "floor", "ceil", "sign", "long", "int", "bool", "argsort",
 ];
+/// Ops returning `(values, indices)`: the values keep their history, the indices have none.
+const VALUES_INDICES: &[&str] = &[
+    "max",
+    "min",
+    "topk",
+    "sort",
+    "kthvalue",
+    "median",
+    "nanmedian",
+    "mode",
+    "cummax",
+    "cummin",
+];
+
+/// `e` is a call of an op returning `(values, indices)` (`x.max(-1)`, `torch.topk(x, 2)`):
+/// `max`/`min`/`median` only with a dimension given as a number or `dim=` (`x.max()` returns
+/// one tensor, `torch.max(a, b)` the elementwise maximum).
+fn values_indices(e: &Expr) -> bool {
+    let Expr::Call(c) = e else { return false };
+    let Expr::Attribute(a) = c.func.as_ref() else {
+        return false;
+    };
+    let op = a.attr.id.as_str();
+    if !VALUES_INDICES.contains(&op) {
+        return false;
+    }
+    if !matches!(op, "max" | "min" | "median" | "nanmedian") {
+        return true;
+    }
+    let namespace = matches!(dotted(&a.value).as_deref(), Some("torch"));
+    let int = |e: &Expr| match e {
+        Expr::NumberLiteral(_) => true,
+        Expr::UnaryOp(u) => matches!(u.operand.as_ref(), Expr::NumberLiteral(_)),
+        _ => false,
+    };
+    c.arguments
+        .args
+        .get(usize::from(namespace))
+        .is_some_and(int)
+        || c.arguments
+            .keywords
+            .iter()
+            .any(|k| k.arg.as_ref().is_some_and(|n| n.as_str() == "dim"))
+}
+
 /// Tensor metadata: no gradient flows through it.
 const SHAPE_ATTRS: &[&str] = &[
     "shape",
@@ -418,20 +463,76 @@ impl<'a> Visitor<'a> for AskedParameters {
     }
 }
 
-struct OptimizerArgs(HashSet<String>);
+/// What plain names are given, anywhere in the file: `params = [...]`, `params += [...]`,
+/// `params.extend(...)` / `.append(...)` (an optimizer built from `params` gets those).
+#[derive(Default)]
+struct NameValues<'a>(HashMap<String, Vec<&'a Expr>>);
 
-impl<'a> Visitor<'a> for OptimizerArgs {
+impl<'a> Visitor<'a> for NameValues<'a> {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        match s {
+            Stmt::Assign(a) => {
+                for t in &a.targets {
+                    if let Expr::Name(n) = t {
+                        self.0.entry(n.id.to_string()).or_default().push(&a.value);
+                    }
+                }
+            }
+            Stmt::AugAssign(a) => {
+                if let Expr::Name(n) = a.target.as_ref() {
+                    self.0.entry(n.id.to_string()).or_default().push(&a.value);
+                }
+            }
+            _ => {}
+        }
+        visitor::walk_stmt(self, s);
+    }
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if let (Expr::Name(n), "extend" | "append" | "add" | "update") =
+                    (a.value.as_ref(), a.attr.id.as_str())
+                {
+                    let values = self.0.entry(n.id.to_string()).or_default();
+                    values.extend(c.arguments.args.iter());
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+struct OptimizerArgs<'v, 'a>(HashSet<String>, &'v NameValues<'a>);
+
+impl OptimizerArgs<'_, '_> {
+    /// The dotted names in `e`, through the values of plain names given them.
+    fn names_in(&self, e: &Expr, out: &mut Vec<String>, seen: &mut HashSet<String>) {
+        let mut names = Dotted(Vec::new());
+        names.visit_expr(e);
+        for n in names.0 {
+            if !n.contains('.') && seen.insert(n.clone()) {
+                for v in self.1 .0.get(&n).into_iter().flatten() {
+                    self.names_in(v, out, seen);
+                }
+            }
+            out.push(n);
+        }
+    }
+}
+
+impl<'a> Visitor<'a> for OptimizerArgs<'_, '_> {
     fn visit_expr(&mut self, e: &'a Expr) {
         if let Expr::Call(c) = e {
             if dotted(&c.func).is_some_and(|n| is_optimizer_ctor(&n)) {
-                let mut names = Dotted(Vec::new());
+                let mut names = Vec::new();
+                let mut seen = HashSet::new();
                 for a in c.arguments.args.iter() {
-                    names.visit_expr(a);
+                    self.names_in(a, &mut names, &mut seen);
                 }
                 for k in &c.arguments.keywords {
-                    names.visit_expr(&k.value);
+                    self.names_in(&k.value, &mut names, &mut seen);
                 }
-                for n in names.0 {
+                for n in names {
                     // `self.parameters()` hands over everything under `self` (a
                     // LightningModule's `configure_optimizers`): its layers count as given.
                     for suffix in [".parameters", ".named_parameters"] {
@@ -472,7 +573,11 @@ impl<'a, 'c> Flow<'a, 'c> {
             frozen: HashSet::new(),
             sub_classes: HashMap::new(),
         };
-        let mut opt = OptimizerArgs(HashSet::new());
+        let mut values = NameValues::default();
+        for s in &module.body {
+            values.visit_stmt(s);
+        }
+        let mut opt = OptimizerArgs(HashSet::new(), &values);
         for s in &module.body {
             opt.visit_stmt(s);
         }
@@ -914,6 +1019,15 @@ impl<'a, 'c> Flow<'a, 'c> {
         }
         let d = self.expr(value, fr);
         let d = self.under_no_grad(d, fr);
+        // `values, idx = x.topk(k)`: the second name holds indices, without history.
+        if let (Expr::Tuple(t), true) = (target, values_indices(value)) {
+            if let [v, i] = t.elts.as_slice() {
+                self.bind_target(v, d.clone(), fr);
+                let cut = d.cut_all(CutKind::NonDiff, value.range(), &fr.path);
+                self.bind_target(i, cut, fr);
+                return;
+            }
+        }
         self.bind_target(target, d, fr);
     }
 
@@ -1089,6 +1203,12 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if SHAPE_ATTRS.contains(&a.attr.id.as_str()) {
                     return Deps::default();
                 }
+                // `x.max(-1).indices`: no history.
+                if a.attr.id.as_str() == "indices" && values_indices(&a.value) {
+                    return self
+                        .expr(&a.value, fr)
+                        .cut_all(CutKind::NonDiff, e.range(), &fr.path);
+                }
                 if a.attr.id.as_str() == "data" {
                     return self
                         .expr(&a.value, fr)
@@ -1160,7 +1280,13 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
             Expr::Subscript(s) => {
                 self.expr(&s.slice, fr);
-                self.expr(&s.value, fr)
+                let d = self.expr(&s.value, fr);
+                // `x.topk(k)[1]`: the indices.
+                let second = matches!(s.slice.as_ref(), Expr::NumberLiteral(n) if matches!(&n.value, ruff_python_ast::Number::Int(i) if i.as_u64() == Some(1)));
+                if second && values_indices(&s.value) {
+                    return d.cut_all(CutKind::NonDiff, e.range(), &fr.path);
+                }
+                d
             }
             Expr::Starred(s) => self.expr(&s.value, fr),
             Expr::Tuple(t) => self.all(t.elts.iter(), fr),

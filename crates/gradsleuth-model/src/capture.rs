@@ -605,6 +605,10 @@ pub struct ScalerStepRec {
     pub location: Option<Location>,
 }
 
+/// Ends the `op` of a cut that is an op's index output (`Tensor.topk.indices`: `x.topk(k)`'s
+/// indices, while its values keep their history).
+pub const INDICES_SUFFIX: &str = ".indices";
+
 /// The `op` of a cut that is a tensor made from data under `inference_mode` and refused by an
 /// op that autograd records: no parameter is cut off, the step fails in forward.
 pub const INFERENCE_DATA_OP: &str = "inference tensor";

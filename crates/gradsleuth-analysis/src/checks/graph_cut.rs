@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use gradsleuth_model::capture::{Within, CHECKPOINT_OP, INSIDE_LIBRARY};
+use gradsleuth_model::capture::{
+    Within, CHECKPOINT_OP, INDICES_SUFFIX, INFERENCE_DATA_OP, INFERENCE_PARAMS_OP, INSIDE_LIBRARY,
+};
 use gradsleuth_model::{Category, Finding, Severity};
 
 use super::{group_by_module, module_name, name_list, plural, Check};
@@ -287,7 +289,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         } else {
             name_list(&names)
         };
-        let op = cut.op.trim_start_matches("Tensor.");
+        // An op's index output (`x.topk(k)`'s indices): the op itself, its values, are fine.
+        let indices = cut
+            .op
+            .strip_suffix(INDICES_SUFFIX)
+            .filter(|_| category == Category::NonDifferentiable);
+        let op = indices.unwrap_or(&cut.op).trim_start_matches("Tensor.");
         let op = if op == "__array__" {
             // NumPy reading the tensor itself (`np.asarray(t)`, or a NumPy function given it).
             "np.asarray()".to_owned()
@@ -300,7 +307,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         } else if cut.op.starts_with("Tensor.") {
             format!(".{op}()")
         } else {
-            cut.op.clone()
+            indices.unwrap_or(&cut.op).to_owned()
         };
         // A gradient term that adds nothing while everything still learns: a warning.
         let learned_before = !keys.is_empty()
@@ -335,6 +342,17 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         let mut message = match (inside, function) {
             (Some(call), _) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
             (_, Some(name)) => format!("{who}: the path to the loss runs through `{name}`, a custom `autograd.Function` whose `backward` returns no gradient (None) for that input, so these parameters never get a gradient."),
+            _ if indices.is_some() => agree(format!("`{op}` returns indices, which carry no gradient (only its values do), so {who} gets no gradient through them."), &who),
+            // The modules ran with recording on; an op on their output did not (`bank[idx] =
+            // emb` inside `torch.no_grad()`): that op is what the message names.
+            _ if category == Category::NoGrad
+                && !modules.is_empty()
+                && modules.iter().all(|m| m.runs > 0 && m.runs_no_grad == 0)
+                && ![INFERENCE_DATA_OP, INFERENCE_PARAMS_OP, CHECKPOINT_OP].contains(&cut.op.as_str()) =>
+            {
+                let shown = if op == ".__setitem__()" { "x[...] = ...".to_owned() } else { op.clone() };
+                agree(format!("{who} ran with gradient recording on, but its output then goes through `{shown}` with recording disabled (`torch.no_grad()`/`inference_mode`): what that makes has no history, so these parameters never get a gradient."), &who)
+            }
             _ => agree((kind.what)(&op, &who), &who),
         };
         let mut steps = vec![cut.step];

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
 use gradsleuth_model::capture::{
-    CutRec, GraphNode, GraphRec, InplaceRec, Within, CHECKPOINT_OP, INSIDE_LIBRARY,
+    CutRec, GraphNode, GraphRec, InplaceRec, Within, CHECKPOINT_OP, INDICES_SUFFIX, INSIDE_LIBRARY,
 };
 use gradsleuth_model::{Category, Related};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -846,6 +846,12 @@ impl<K, N> OpLog<K, N> {
         }
         let mut outputs: Vec<H::Value> = Vec::new();
         Self::tensors(h, &call.out, &mut outputs);
+        if outputs.is_empty() && inplace {
+            // `buf[i] = h` returns None: what it made is the tensor written into.
+            if let Some(t) = first.filter(|t| h.is_tensor(t)) {
+                outputs.push(t.clone());
+            }
+        }
         let mut out_needs_grad = false;
         for o in &outputs {
             // Inside `vmap` an output is a batched wrapper that says it needs no grad; the
@@ -997,6 +1003,46 @@ impl<K, N> OpLog<K, N> {
             self.cuts[id as usize].outputs = outputs.iter().map(|o| h.addr(o)).collect();
             taint.push(id);
         }
+        // Some outputs need grad and others do not (`x.max(dim)`'s indices, `topk`/`sort`'s,
+        // `unique`'s inverse): those others are indices, cut from the inputs' history, and
+        // what is computed from them alone carries this cut.
+        let mut index_cut: Option<(u32, FxHashSet<usize>)> = None;
+        if out_needs_grad
+            && outputs.len() > 1
+            && !inplace
+            && !needs_grad.is_empty()
+            && !inside_function
+            && matches!(kind, Kind::Plain | Kind::NonDiff | Kind::Saturating)
+            && h.grad_enabled()?
+        {
+            let mut indices = FxHashSet::default();
+            for o in &outputs {
+                if !input_ptrs.contains(&h.addr(o)) && !h.requires_grad(o)? {
+                    indices.insert(h.addr(o));
+                }
+            }
+            if !indices.is_empty() {
+                let s = match &site {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = h.stack(1).into_iter().next();
+                        site = Some(s.clone());
+                        s
+                    }
+                };
+                let op: Arc<str> = Arc::from(format!("{name}{INDICES_SUFFIX}"));
+                let id = self.push_cut(
+                    h,
+                    &needs_grad,
+                    Category::NonDifferentiable,
+                    &op,
+                    s,
+                    Vec::new(),
+                    false,
+                )?;
+                index_cut = Some((id, indices));
+            }
+        }
         if value_exit && !taint.is_empty() {
             if needs_grad.is_empty() {
                 // `.detach()` (or `.data`) only to be allowed to call `.numpy()` / `.tolist()`:
@@ -1061,7 +1107,15 @@ impl<K, N> OpLog<K, N> {
         }
         for o in &outputs {
             let ptr = h.addr(o);
-            if taint.is_empty() {
+            let index = index_cut
+                .as_ref()
+                .filter(|(_, outs)| outs.contains(&ptr))
+                .map(|(id, _)| *id);
+            if let Some(id) = index {
+                let mut t = taint.clone();
+                t.push(id);
+                self.taint.insert(ptr, (t, h.keep(o)));
+            } else if taint.is_empty() {
                 self.taint.remove(&ptr);
             } else {
                 self.taint.insert(ptr, (taint.clone(), h.keep(o)));

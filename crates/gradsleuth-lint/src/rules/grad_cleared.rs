@@ -14,31 +14,8 @@ use crate::checker::Checker;
 pub const RULE: Rule = Rule { code: "GS330" };
 
 /// Whether a statement calls a method named `name` anywhere (not in nested scopes).
-struct Calls<'a> {
-    name: &'a str,
-    found: bool,
-}
-
-impl<'a> Visitor<'a> for Calls<'_> {
-    fn visit_expr(&mut self, e: &'a Expr) {
-        if let Expr::Call(c) = e {
-            if matches!(c.func.as_ref(), Expr::Attribute(a) if a.attr.id.as_str() == self.name) {
-                self.found = true;
-            }
-        }
-        visitor::walk_expr(self, e);
-    }
-    fn visit_stmt(&mut self, s: &'a Stmt) {
-        if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
-            visitor::walk_stmt(self, s);
-        }
-    }
-}
-
 fn calls(s: &Stmt, name: &str) -> bool {
-    let mut c = Calls { name, found: false };
-    c.visit_stmt(s);
-    c.found
+    super::zero_grad_order::calls(s).iter().any(|c| c == name)
 }
 
 /// The loop's parameters are a whole model's or an optimizer group's: every

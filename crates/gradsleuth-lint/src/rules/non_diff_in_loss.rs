@@ -59,6 +59,43 @@ mod tests {
         assert_eq!(codes(src), vec![("GS314".into(), 1)]);
     }
 
+    /// A model whose output reaches the loss through `expr` (of `probs`) only.
+    fn through(expr: &str) -> Vec<(String, u32)> {
+        let src = format!("import torch\nimport torch.nn as nn\nmodel = nn.Linear(4, 3)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in data:\n    probs = model(x).softmax(-1)\n    pred = {expr}\n    loss = (pred.float() - y).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n");
+        codes(&src)
+    }
+
+    #[test]
+    fn the_indices_of_max_topk_and_sort_have_no_history() {
+        for expr in [
+            "probs.max(-1).indices",
+            "probs.max(dim=1)[1]",
+            "torch.max(probs, 1)[1]",
+            "probs.topk(2, -1).indices[:, 0]",
+            "torch.sort(probs, -1)[1][:, 0]",
+        ] {
+            assert_eq!(through(expr), vec![("GS314".into(), 7)], "{expr}");
+        }
+        let src = "import torch\nimport torch.nn as nn\nrouter = nn.Linear(4, 3)\nopt = torch.optim.SGD(router.parameters(), lr=0.1)\nfor x, y in data:\n    w, idx = router(x).softmax(-1).topk(2, -1)\n    loss = (idx.float() - y).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n";
+        assert_eq!(codes(src), vec![("GS314".into(), 6)]);
+    }
+
+    #[test]
+    fn values_and_elementwise_maxima_keep_their_history() {
+        for expr in [
+            "probs.max(-1).values",
+            "probs.max(-1)[0]",
+            "torch.max(probs, probs.flip(0))[1]",
+            "probs.max()",
+            "probs.topk(2, -1)[0][:, 0]",
+        ] {
+            assert!(through(expr).is_empty(), "{expr}");
+        }
+        // the values in the loss, the indices for a metric
+        let src = "import torch\nimport torch.nn as nn\nmodel = nn.Linear(4, 3)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in data:\n    best, pred = model(x).max(1)\n    acc = (pred == y).float().mean()\n    loss = -best.mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n";
+        assert!(codes(src).is_empty());
+    }
+
     #[test]
     fn metrics_labels_and_conditions_are_fine() {
         let src = "acc = (logits.argmax(-1) == y).float().mean()\nloss = F.cross_entropy(logits, y) + math.floor(2.5)\nloss = F.cross_entropy(s, t.argmax(-1))\nloss = torch.where(z < d, 0.5 * z * z, d * z)\n";

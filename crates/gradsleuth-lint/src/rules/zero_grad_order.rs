@@ -28,7 +28,7 @@ impl<'a> Visitor<'a> for Calls {
     }
 }
 
-fn calls(s: &Stmt) -> Vec<String> {
+pub(crate) fn calls(s: &Stmt) -> Vec<String> {
     let mut c = Calls(Vec::new());
     c.visit_stmt(s);
     c.0

@@ -309,6 +309,9 @@ def _start(rec, config, dist_env, save):
             on_done=on_done,
             deep_all=config.deep,
             on_progress=(lambda _t: save()) if dist_env else None,
+            # `--watch`'s loss probe and NaN replay need the mode stack between backward and
+            # the step: the gradient watch there (GS215) is `run`'s alone.
+            watch_gradients=not config.watch,
         )
         if config.watch:
             # Started first: the tracer removes its optimizer hooks from inside one when its

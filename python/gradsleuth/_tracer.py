@@ -168,8 +168,13 @@ class Tracer:
         deep: bool = True,
         deep_all: bool = False,
         on_progress=None,
+        watch_gradients: bool = True,
     ):
         self.rec = recorder
+        # Watch the script's writes to gradients between backward and the step (GS215); not
+        # under `watch` (a step it armed, `run --watch`): its NaN probe and replay need the
+        # mode stack then.
+        self._watch_gradients = watch_gradients
         # Op-level capture of the first iteration (every op, cuts, in-place ops); with
         # deep_all, of every observed iteration.
         self._deep = deep or deep_all
@@ -1680,7 +1685,14 @@ class Tracer:
         if self._deep and not self._optimizers:
             self._end_deep()
         self._check_done()
-        if self.active and self._deep and self._oplog is not None and self._mode is None and _no_user_mode():
+        if (
+            self.active
+            and self._deep
+            and self._oplog is not None
+            and self._mode is None
+            and self._watch_gradients
+            and _no_user_mode()
+        ):
             # Until the next forward or the step, the script's reads and writes of gradients
             # (`p.grad = None` before `step()` is why a weight does not move).
             self._oplog.grads_only = True

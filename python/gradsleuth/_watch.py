@@ -809,7 +809,7 @@ class Watch:
             except Exception as e:  # noqa: BLE001
                 print(f"gradsleuth watch: armed capture: {type(e).__name__}: {e}", file=sys.stderr)
 
-        tracer = Tracer(rec, 1, on_done=done, deep=True).start()
+        tracer = Tracer(rec, 1, on_done=done, deep=True, watch_gradients=False).start()
         self._deep_tracer = tracer
         tracer._forward_pre(module, args)
 

@@ -44,7 +44,8 @@ class _Session:
         # accelerate's (and so the HF Trainer's) optimizer wraps torch's.
         inner = [getattr(o, "optimizer", o) for o in optimizers]
         self._rec = _core.Recorder("diagnose", self.steps)
-        tracer = Tracer(self._rec, self.steps)
+        # With watch, as under `run --watch`: no gradient watch between backward and step.
+        tracer = Tracer(self._rec, self.steps, watch_gradients=not self._watch_asked)
         if self._watch_asked:
             # As `gradsleuth run --watch`: watch starts first (the tracer removes its optimizer
             # hooks from inside one when its observation ends, safe only for the last hook).

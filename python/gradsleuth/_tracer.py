@@ -631,12 +631,16 @@ class Tracer:
         self._pop_pending()
 
     def _pop_pending(self):
-        """Pops the passive modes that are on top of the stack and not inside an op; one a
-        user's mode went on above stays (it only forwards) until that one comes off."""
-        while self._pending_pop and self._pending_pop[-1].inside == 0 and _on_top(self._pending_pop[-1]):
+        """Takes the passive modes that are not inside an op off the stack: popped when on
+        top; one a user's mode went on above is taken out from under it (the modes above go
+        back in their order), never the user's popped in its place."""
+        while self._pending_pop and self._pending_pop[-1].inside == 0:
             mode = self._pending_pop.pop()
             try:
-                mode.__exit__(None, None, None)
+                if _on_top(mode):
+                    mode.__exit__(None, None, None)
+                else:
+                    _take_off(mode)
             except Exception as e:  # noqa: BLE001
                 self.rec.note(f"leaving op-level capture: {e}")
 
@@ -1757,6 +1761,22 @@ def _on_top(mode) -> bool:
         return _get_current_function_mode() is mode
     except Exception:  # noqa: BLE001 - a torch without it: pop as entered
         return True
+
+
+def _take_off(mode) -> None:
+    """Takes `mode` off the function-mode stack from under the modes above it, which go back
+    on in their order (a mode's `__exit__` would pop the top one, another's)."""
+    C = torch._C
+    above = []
+    try:
+        while C._len_torch_function_stack() > 0:
+            top = C._pop_torch_function_stack()
+            if top is mode:
+                break
+            above.append(top)
+    finally:
+        for m in reversed(above):
+            C._push_on_torch_function_stack(m)
 
 
 def _no_user_mode() -> bool:

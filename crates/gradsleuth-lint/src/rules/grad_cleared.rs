@@ -13,11 +13,6 @@ use crate::checker::Checker;
 
 pub const RULE: Rule = Rule { code: "GS330" };
 
-/// Whether a statement calls a method named `name` anywhere (not in nested scopes).
-fn calls(s: &Stmt, name: &str) -> bool {
-    super::zero_grad_order::calls(s).iter().any(|c| c == name)
-}
-
 /// The loop's parameters are a whole model's or an optimizer group's: every
 /// `.parameters()` / `.named_parameters()` in the iterable is called on a plain name, and
 /// every name known to hold parameters holds a whole model's.
@@ -128,31 +123,14 @@ impl<'a> Visitor<'a> for Clears<'a, '_> {
 }
 
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
-    let mut after_backward = false;
-    let mut pending: Option<&Stmt> = None;
-    for s in body {
-        if let Some(w) = pending {
-            if calls(s, "step") {
-                let loc = ck.location(w);
-                ck.report(
-                    RULE.finding("This loop clears every parameter's gradient after `backward()` and before `step()`: the step sees no gradient, so nothing trains.")
-                        .at(Some(loc))
-                        .fix("Clear gradients at the start of the iteration (`optimizer.zero_grad()`), or right after `step()`."),
-                );
-                return;
-            }
-        }
-        if calls(s, "backward") {
-            after_backward = true;
-            pending = None;
-            continue;
-        }
-        if !after_backward || calls(s, "step") {
-            continue;
-        }
-        if let Some(w) = cleared_in(s, ck) {
-            pending = Some(w);
-        }
+    let found = super::zero_grad_order::before_step(body, |s| cleared_in(s, ck));
+    if let Some(w) = found {
+        let loc = ck.location(w);
+        ck.report(
+            RULE.finding("This loop clears every parameter's gradient after `backward()` and before `step()`: the step sees no gradient, so nothing trains.")
+                .at(Some(loc))
+                .fix("Clear gradients at the start of the iteration (`optimizer.zero_grad()`), or right after `step()`."),
+        );
     }
 }
 

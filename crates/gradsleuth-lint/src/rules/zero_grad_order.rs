@@ -34,30 +34,44 @@ pub(crate) fn calls(s: &Stmt) -> Vec<String> {
     c.0
 }
 
-pub fn check(ck: &mut Checker, body: &[Stmt]) {
+/// In a block, the statement `pick` selects (returning the statement to report) among those
+/// after one calling `.backward()` and before one calling `.step()`, neither calling either:
+/// the last such pick before the first `.step()` that follows it.
+pub(crate) fn before_step<'a>(
+    body: &'a [Stmt],
+    mut pick: impl FnMut(&'a Stmt) -> Option<&'a Stmt>,
+) -> Option<&'a Stmt> {
     let mut after_backward = false;
     let mut pending: Option<&Stmt> = None;
     for s in body {
         let names = calls(s);
         let has = |n: &str| names.iter().any(|x| x == n);
-        if let Some(z) = pending {
-            if has("step") {
-                let loc = ck.location(z);
-                ck.report(
-                    RULE.finding("`zero_grad()` runs after `backward()` and before `step()`: the step sees no gradient.")
-                        .at(Some(loc))
-                        .fix("Move `zero_grad()` to the start of the iteration, or right after `step()`."),
-                );
-                return;
-            }
+        if pending.is_some() && has("step") {
+            return pending;
         }
         if has("backward") {
             after_backward = true;
             pending = None;
+            continue;
         }
-        if after_backward && has("zero_grad") && !has("backward") && !has("step") {
-            pending = Some(s);
+        if after_backward && !has("step") {
+            if let Some(w) = pick(s) {
+                pending = Some(w);
+            }
         }
+    }
+    None
+}
+
+pub fn check(ck: &mut Checker, body: &[Stmt]) {
+    let zero_grad = |s| calls(s).iter().any(|c| c == "zero_grad").then_some(s);
+    if let Some(z) = before_step(body, zero_grad) {
+        let loc = ck.location(z);
+        ck.report(
+            RULE.finding("`zero_grad()` runs after `backward()` and before `step()`: the step sees no gradient.")
+                .at(Some(loc))
+                .fix("Move `zero_grad()` to the start of the iteration, or right after `step()`."),
+        );
     }
 }
 

@@ -13,7 +13,8 @@ each check with that environment's own `gradsleuth` command:
   importing gradsleuth does not import torch;
 - corpus: every `tests/cases/` case, held exactly as `tests/test_cases.py` holds it (category,
   parameters, line, no extra warning or error); a case whose script needs a newer torch says so
-  in its `expected.json` (`"torch": ">=2.3"`) and counts as not applicable;
+  in its `expected.json` (`"torch": ">=2.3"`, and `"torch_why"`: what an older one lacks) and
+  counts as not applicable;
 - same text: every finding's code, message and fix word for word as on the newest torch of the run;
 - demo, watch (a NaN traced to its op and line), explain (tracebacks raised live by that torch),
   where (`torch.relu` found in that torch's own files), api (`diagnose` and `trace`);

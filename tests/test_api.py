@@ -297,3 +297,33 @@ def test_a_change_below_float32_norm_resolution_is_still_a_change():
             assert torch.linalg.vector_norm(w).item() == torch.linalg.vector_norm(moved).item()
         before, after, same = _tracer.fingerprints([w, moved, w.clone()])
         assert before != after and before == same, dtype
+
+
+def test_a_write_into_a_tensor_a_mode_does_not_see_reaches_the_op_log_and_tensor_is_given_back(monkeypatch):
+    """On torch 2.1 a function mode does not see `t[idx] = v` on plain tensors, so a write into
+    a memory bank under `no_grad` was "a cut it could not name". The deep step then routes it
+    through `Tensor.__setitem__`; forced here on the torch in hand, where the mode would also
+    see it natively, so a write seen twice would show: the same finding at the same line, the
+    same training, and `torch.Tensor` as it was."""
+    import gradsleuth._tracer as tracer_module
+
+    script = ROOT / "tests" / "cases" / "no_grad_buffer_write" / "train.py"
+
+    def diagnosed(seen):
+        monkeypatch.setattr(tracer_module, "_SETITEM_SEEN", seen)
+        rec = Recorder("run", 3, str(script))
+        torch.manual_seed(0)
+        tracer = Tracer(rec, 3).start()
+        try:
+            ns = runpy.run_path(str(script), run_name="__main__")
+        finally:
+            tracer.finish()
+        found = [(f["code"], f["location"]["line"], f["params"]) for f in rec.report().findings]
+        return found, _fingerprint(ns)
+
+    native = diagnosed(True)
+    routed = diagnosed(False)
+    assert routed == native
+    assert [code for code, _, _ in routed[0]] == ["GS203"]
+    assert "__setitem__" not in torch.Tensor.__dict__
+    assert torch.tensor([torch.tensor(1.0), torch.tensor(2.0)]).tolist() == [1.0, 2.0]

@@ -181,6 +181,7 @@ class Tracer:
         self._deep_all = deep_all
         self._oplog = None
         self._mode = None
+        self._setitem = None  # the `Tensor.__setitem__` the op log needs on torch 2.1 (_setitem_shim)
         self._pending_pop: list = []
         self._scanned: set[int] = set()
         self._said: set = set()
@@ -362,19 +363,31 @@ class Tracer:
     def _wrap_function_apply(self, original):
         """A custom `autograd.Function` runs its forward with recording off and carries the
         gradient across in its own backward: the op log is told, so that a `detach()` or a
-        no-grad op inside (an identity Function, DeepSpeed's ZeRO-3 linear) is not a cut."""
+        no-grad op inside (an identity Function, DeepSpeed's ZeRO-3 linear) is not a cut.
+        Its call is then shown to the log as one op, `<Function>.apply`: an output that needs
+        no grad from inputs that do (`ctx.mark_non_differentiable`) is a cut at the user's line."""
         tracer = self
         fn = original.__func__ if isinstance(original, classmethod) else original
+        names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
         def apply(cls, *args, **kwargs):
             log = tracer._oplog
             if log is None:
                 return fn(cls, *args, **kwargs)
-            log.function_entered(getattr(cls, "__name__", "Function"))
+            name = getattr(cls, "__name__", "Function")
+            log.function_entered(name)
             try:
-                return fn(cls, *args, **kwargs)
+                out = fn(cls, *args, **kwargs)
             finally:
                 log.function_exited()
+            try:
+                if (op := names.get(cls)) is None:
+                    op = names[cls] = types.SimpleNamespace(__qualname__=f"{name}.apply")
+                if tracer._oplog is log and tracer._mode is not None and not log.grads_only:
+                    log.op(op, args, kwargs, out)
+            except Exception as e:  # noqa: BLE001 - never break the user's forward
+                tracer.rec.note(f"op log, {name}.apply: {e}")
+            return out
 
         return classmethod(apply)
 
@@ -611,6 +624,9 @@ class Tracer:
                 self._deep_since = self.rec.backward_count
             self._mode = _make_op_mode(self._oplog, self.rec)
             self._mode.__enter__()
+            if not _setitem_seen() and "__setitem__" not in torch.Tensor.__dict__:
+                self._setitem = _setitem_shim(self._mode)
+                torch.Tensor.__setitem__ = self._setitem  # type: ignore[method-assign]
             _show_parameters(self._mode)
             if not torch.is_grad_enabled():
                 self._oplog.grad_disabled_at_start()
@@ -624,6 +640,9 @@ class Tracer:
         """Stops recording. Inside an op (`loss.backward()` is one) torch has popped the
         mode for the duration of the call, so it is popped later, outside any op."""
         mode, self._mode = self._mode, None
+        if self._setitem is not None and torch.Tensor.__dict__.get("__setitem__") is self._setitem:
+            del torch.Tensor.__setitem__
+        self._setitem = None
         if mode is not None:
             mode.passive = True
             _show_parameters(None)
@@ -1761,6 +1780,51 @@ def _on_top(mode) -> bool:
         return _get_current_function_mode() is mode
     except Exception:  # noqa: BLE001 - a torch without it: pop as entered
         return True
+
+
+_SETITEM_SEEN: bool | None = None
+
+
+def _setitem_seen() -> bool:
+    """Whether a function mode sees `t[idx] = v` between plain tensors. Torch 2.1 asks only a
+    subclass then (`THPVariable_setitem` checks `!THPVariable_CheckExact`), so the op log would
+    miss a write into a buffer and what `out[mask] += y` gives `out`. Asked of the torch in
+    hand, once. (Its `t[idx]` is missed too, but a Python `Tensor.__getitem__` would make every
+    tensor a sequence to torch's C code: `torch.tensor([t0, t1])` fails on 0-d tensors.)"""
+    global _SETITEM_SEEN
+    if _SETITEM_SEEN is None:
+        from torch.overrides import TorchFunctionMode
+
+        seen = []
+
+        class _Probe(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                seen.append(func)
+                return func(*args, **(kwargs or {}))
+
+        t, i, v = torch.zeros(2), torch.zeros(1, dtype=torch.long), torch.ones(1)
+        with _Probe():
+            t[i] = v
+        _SETITEM_SEEN = bool(seen)
+    return _SETITEM_SEEN
+
+
+def _setitem_shim(mode):
+    """What `torch.Tensor.__setitem__` is while `mode` records on a torch whose modes do not
+    see `t[idx] = v` on a plain tensor: the write goes to the innermost mode as on a newer torch
+    (which calls the base class's with the mode off, so nothing is seen twice) when `mode` is
+    that mode; anything else is the base class's write, untouched."""
+    base = (getattr(torch._C, "TensorBase", None) or torch._C._TensorBase).__setitem__
+    plain = torch.Tensor
+    handle = torch.overrides.handle_torch_function
+
+    def __setitem__(self, index, value):
+        if type(self) is plain and not mode.passive and _on_top(mode):
+            handle(base, (self,), self, index, value)
+        else:
+            base(self, index, value)
+
+    return __setitem__
 
 
 def _take_off(mode) -> None:

@@ -609,6 +609,11 @@ pub struct ScalerStepRec {
 /// indices, while its values keep their history).
 pub const INDICES_SUFFIX: &str = ".indices";
 
+/// Ends the `op` of a cut that is a custom `autograd.Function`'s call (`Quant.apply`): the
+/// tracer shows the whole call to the op log as one op, so an output that needs no grad from
+/// inputs that do (`ctx.mark_non_differentiable`) is a cut at the line that applied it.
+pub const FUNCTION_APPLY_SUFFIX: &str = ".apply";
+
 /// The `op` of a cut that is a tensor made from data under `inference_mode` and refused by an
 /// op that autograd records: no parameter is cut off, the step fails in forward.
 pub const INFERENCE_DATA_OP: &str = "inference tensor";

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use gradsleuth_model::capture::{
-    Within, CHECKPOINT_OP, INDICES_SUFFIX, INFERENCE_DATA_OP, INFERENCE_PARAMS_OP, INSIDE_LIBRARY,
+    Within, CHECKPOINT_OP, FUNCTION_APPLY_SUFFIX, INDICES_SUFFIX, INFERENCE_DATA_OP,
+    INFERENCE_PARAMS_OP, INSIDE_LIBRARY,
 };
 use gradsleuth_model::{Category, Finding, Severity};
 
@@ -342,6 +343,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         let mut message = match (inside, function) {
             (Some(call), _) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
             (_, Some(name)) => format!("{who}: the path to the loss runs through `{name}`, a custom `autograd.Function` whose `backward` returns no gradient (None) for that input, so these parameters never get a gradient."),
+            _ if indices.is_none() && category == Category::NonDifferentiable && cut.op.ends_with(FUNCTION_APPLY_SUFFIX) => agree(format!("`{op}` (a custom `autograd.Function`) returns an output that needs no gradient (marked with `ctx.mark_non_differentiable`, or not a float tensor), so {who} gets no gradient through it."), &who),
             _ if indices.is_some() => agree(format!("`{op}` returns indices, which carry no gradient (only its values do), so {who} gets no gradient through them."), &who),
             // The modules ran with recording on; an op on their output did not (`bank[idx] =
             // emb` inside `torch.no_grad()`): that op is what the message names.
@@ -388,6 +390,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             CHECKPOINT_FIX.to_owned()
         } else if let Some(call) = inside {
             inside_fix(call)
+        } else if indices.is_none()
+            && category == Category::NonDifferentiable
+            && cut.op.ends_with(FUNCTION_APPLY_SUFFIX)
+        {
+            let name = cut.op.trim_end_matches(FUNCTION_APPLY_SUFFIX);
+            format!("Leave `ctx.mark_non_differentiable` off an output the loss needs a gradient through, and return that gradient from `{name}.backward`; an output that is truly not differentiable (a rounding, an index) needs a path for the gradient beside it (a straight-through estimator: `x + ({name}.apply(x) - x).detach()`).")
         } else if let Some(name) = function {
             format!("Return a gradient from `{name}.backward` for every input of `forward` that needs one, in the order of `forward`'s arguments (None only where `ctx.needs_input_grad[i]` is False); `torch.autograd.gradcheck` compares a backward with numerical gradients.")
         } else {

@@ -48,6 +48,28 @@ fn holds_modules(ck: &Checker, e: &Expr, locals: &HashSet<String>) -> bool {
     })
 }
 
+/// `nn.Parameter(...)`, or a tensor made to require grad (`torch.ones(d, requires_grad=True)`).
+fn makes_parameter(e: &Expr) -> bool {
+    crate::checker::call_name(e).is_some_and(|n| {
+        n == "Parameter" || n.ends_with("nn.Parameter") || n.ends_with("parameter.Parameter")
+    }) || tensor_requiring_grad(e).is_some()
+}
+
+/// A container of parameters (or tensors that require grad): displays, comprehensions,
+/// `list(...)` of one, a concatenation, a local name filled with them.
+fn holds_parameters(e: &Expr, locals: &HashSet<String>, single: &HashSet<String>) -> bool {
+    let leaf = |x: &Expr| {
+        makes_parameter(x) || matches!(x, Expr::Name(n) if single.contains(n.id.as_str()))
+    };
+    container_holds(e, &leaf, &|x: &Expr| match x {
+        Expr::BinOp(b) => {
+            holds_parameters(&b.left, locals, single) || holds_parameters(&b.right, locals, single)
+        }
+        Expr::Name(n) => locals.contains(n.id.as_str()),
+        _ => false,
+    })
+}
+
 fn is_dict(e: &Expr) -> bool {
     match e {
         Expr::Dict(_) | Expr::DictComp(_) => true,
@@ -65,7 +87,10 @@ pub struct LocalModules {
     /// Targets it (re)assigns a module: `self.layers = nn.ModuleList(self.layers)` after
     /// filling a plain list registers them after all.
     pub rewrapped: HashSet<String>,
-    /// It registers modules by name itself (`self.add_module(str(i), layer)`).
+    /// Names (and `self.` attributes) it fills with parameters or tensors that require grad.
+    pub param_lists: HashSet<String>,
+    /// It registers modules or parameters by name itself (`self.add_module(str(i), layer)`,
+    /// `self.register_parameter(...)`).
     pub registers: bool,
 }
 
@@ -77,8 +102,16 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
         lists: HashSet<String>,
         rewrapped: HashSet<String>,
         registers: bool,
+        params: HashSet<String>,
+        param_lists: HashSet<String>,
     }
     impl Fill<'_, '_> {
+        fn param(&self, e: &Expr) -> bool {
+            makes_parameter(e) || matches!(e, Expr::Name(n) if self.params.contains(n.id.as_str()))
+        }
+        fn param_container(&self, e: &Expr) -> bool {
+            holds_parameters(e, &self.param_lists, &self.params) && !self.param(e)
+        }
         fn module(&self, e: &Expr) -> bool {
             self.ck.constructs_module(e)
                 || matches!(e, Expr::Name(n) if self.single.contains(n.id.as_str()))
@@ -101,6 +134,12 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                             }
                         }
                         match t {
+                            Expr::Name(n) if self.param(&a.value) => {
+                                self.params.insert(n.id.to_string());
+                            }
+                            Expr::Name(n) if self.param_container(&a.value) => {
+                                self.param_lists.insert(n.id.to_string());
+                            }
                             Expr::Name(n) if self.module(&a.value) => {
                                 self.single.insert(n.id.to_string());
                             }
@@ -117,9 +156,12 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                     }
                 }
                 Stmt::AugAssign(a) => {
-                    if let Expr::Name(n) = a.target.as_ref() {
+                    if let Some(n) = dotted(a.target.as_ref()) {
                         if self.container(&a.value) {
-                            self.lists.insert(n.id.to_string());
+                            self.lists.insert(n.clone());
+                        }
+                        if self.param_container(&a.value) {
+                            self.param_lists.insert(n);
                         }
                     }
                 }
@@ -128,8 +170,10 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                         if let Expr::Attribute(at) = c.func.as_ref() {
                             // `layers.append(...)`, and `self.layer.append(...)` after
                             // `self.layer = list()`.
-                            if matches!(at.attr.id.as_str(), "add_module" | "register_module")
-                                && matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                            if matches!(
+                                at.attr.id.as_str(),
+                                "add_module" | "register_module" | "register_parameter"
+                            ) && matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
                             {
                                 self.registers = true;
                             }
@@ -148,6 +192,23 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                                     }
                                     _ => false,
                                 };
+                                let params = match at.attr.id.as_str() {
+                                    "append" => {
+                                        c.arguments.args.first().is_some_and(|x| self.param(x))
+                                    }
+                                    "insert" => {
+                                        c.arguments.args.get(1).is_some_and(|x| self.param(x))
+                                    }
+                                    "extend" => c
+                                        .arguments
+                                        .args
+                                        .first()
+                                        .is_some_and(|x| self.param_container(x)),
+                                    _ => false,
+                                };
+                                if params {
+                                    self.param_lists.insert(n.clone());
+                                }
                                 if filled {
                                     self.lists.insert(n);
                                 }
@@ -166,6 +227,8 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
         lists: HashSet::new(),
         rewrapped: HashSet::new(),
         registers: false,
+        params: HashSet::new(),
+        param_lists: HashSet::new(),
     };
     // Twice: a name filled before it is known to hold modules (`blocks += [layer]` after
     // `layer = Block()` in a loop) settles on the second pass.
@@ -177,6 +240,7 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
     let lists = f.lists.difference(&f.single).cloned().collect();
     LocalModules {
         lists,
+        param_lists: f.param_lists.difference(&f.params).cloned().collect(),
         rewrapped: f.rewrapped,
         registers: f.registers,
     }
@@ -231,12 +295,16 @@ pub fn check(ck: &mut Checker, a: &StmtAssign) {
     };
     let holds_modules =
         holds_modules(ck, a.value.as_ref(), &locals) || (empty && locals.contains(name.as_str()));
-    let wrapper = if is_dict(a.value.as_ref()) {
-        "nn.ModuleDict"
-    } else {
-        "nn.ModuleList"
+    let holds_params = !holds_modules
+        && (holds_parameters(a.value.as_ref(), &local.param_lists, &HashSet::new())
+            || (empty && local.param_lists.contains(name.as_str())));
+    let (wrapper, what) = match (is_dict(a.value.as_ref()), holds_params) {
+        (true, false) => ("nn.ModuleDict", "modules"),
+        (false, false) => ("nn.ModuleList", "modules"),
+        (true, true) => ("nn.ParameterDict", "parameters"),
+        (false, true) => ("nn.ParameterList", "parameters"),
     };
-    if !holds_modules {
+    if !holds_modules && !holds_params {
         return;
     }
     let loc = ck.location(a);
@@ -247,7 +315,7 @@ pub fn check(ck: &mut Checker, a: &StmtAssign) {
             .end()
             .to_usize()];
     let f = RULE
-        .finding(format!("`self.{attr}` holds modules in a plain container: they are not registered, so no optimizer built from `model.parameters()` updates them."))
+        .finding(format!("`self.{attr}` holds {what} in a plain container: they are not registered, so no optimizer built from `model.parameters()` updates them."))
         .at(Some(loc))
         .fix(format!("self.{attr} = {wrapper}({value})"));
     match ck.nn_prefix.clone() {
@@ -311,6 +379,34 @@ mod tests {
             found[3].fix.as_deref(),
             Some("self.towers = nn.ModuleDict(dict({'l': Block(), 'r': Block()}))")
         );
+    }
+
+    #[test]
+    fn flags_parameters_and_tensors_that_learn_kept_in_plain_containers() {
+        let src = "import torch\nimport torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, n, d):\n        super().__init__()\n        self.scales = [torch.ones(d, requires_grad=True) for _ in range(n)]\n        self.gains = {k: nn.Parameter(torch.ones(d)) for k in 'ab'}\n        self.biases = []\n        for i in range(n):\n            b = nn.Parameter(torch.zeros(d))\n            self.biases.append(b)\n        ws = []\n        ws += [nn.Parameter(torch.randn(d, d))]\n        self.ws = ws\n";
+        let found = crate::lint_source("t.py", src).unwrap();
+        let got: Vec<(u32, Option<&str>)> = found
+            .iter()
+            .map(|f| (f.location.as_ref().unwrap().line, f.fix.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (6, Some("self.scales = nn.ParameterList([torch.ones(d, requires_grad=True) for _ in range(n)])")),
+                (7, Some("self.gains = nn.ParameterDict({k: nn.Parameter(torch.ones(d)) for k in 'ab'})")),
+                (8, Some("self.biases = nn.ParameterList([])")),
+                (14, Some("self.ws = nn.ParameterList(ws)")),
+            ]
+        );
+        assert!(found[0]
+            .message
+            .contains("holds parameters in a plain container"));
+    }
+
+    #[test]
+    fn parameter_containers_registered_or_holding_no_learning_tensor_are_fine() {
+        let src = "import torch\nimport torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, n, d):\n        super().__init__()\n        self.scales = nn.ParameterList([nn.Parameter(torch.ones(d)) for _ in range(n)])\n        self.masks = [torch.ones(d) for _ in range(n)]\n        self.frozen = [torch.ones(d, requires_grad=False)]\n        self.ws = []\n        for i in range(n):\n            w = nn.Parameter(torch.zeros(d))\n            self.register_parameter(f'w{i}', w)\n            self.ws.append(w)\n        self.stats = [p.shape for p in self.parameters()]\n";
+        assert!(codes(src).is_empty());
     }
 
     #[test]

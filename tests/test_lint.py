@@ -54,6 +54,8 @@ STATIC = {
     ("optimizer_missing_zero_init_head", "optimizer_missing", 22),
     ("optimizer_missing_layers_called_directly", "optimizer_missing", 20),
     ("optimizer_stale_finetune", "optimizer_stale", 26),
+    ("optimizer_stale_trains_ema_copy", "optimizer_stale", 14),
+    ("unregistered_parameter_list", "unregistered", 12),
 }
 
 

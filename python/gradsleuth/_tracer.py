@@ -273,6 +273,8 @@ class Tracer:
             return self
         self.active = True
         self.rec.set_env(torch.__version__, sys.version.split()[0], "cpu")
+        if self._deep:
+            _setitem_seen()  # before the script runs, not in its first step
         # torch warns that global module hooks (ours) fire twice around torch.compile'd modules.
         import warnings
 
@@ -383,7 +385,7 @@ class Tracer:
             try:
                 if (op := names.get(cls)) is None:
                     op = names[cls] = types.SimpleNamespace(__qualname__=f"{name}.apply")
-                if tracer._oplog is log and tracer._mode is not None and not log.grads_only:
+                if tracer._oplog is log and tracer._mode is not None and not log.grads_only and _drops_grad(args, out):
                     log.op(op, args, kwargs, out)
             except Exception as e:  # noqa: BLE001 - never break the user's forward
                 tracer.rec.note(f"op log, {name}.apply: {e}")
@@ -1772,6 +1774,14 @@ class Tracer:
             self.rec.note(f"derivative: {e}")
 
 
+def _drops_grad(args, out) -> bool:
+    """A tensor argument needs grad and a tensor output does not: the call cut the graph."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args) and any(
+        isinstance(o, torch.Tensor) and not o.requires_grad for o in outs
+    )
+
+
 def _on_top(mode) -> bool:
     """`mode` is the innermost function mode (its `__exit__` pops whatever is)."""
     try:
@@ -1802,9 +1812,19 @@ def _setitem_seen() -> bool:
                 seen.append(func)
                 return func(*args, **(kwargs or {}))
 
-        t, i, v = torch.zeros(2), torch.zeros(1, dtype=torch.long), torch.ones(1)
-        with _Probe():
-            t[i] = v
+        # Asked with every mode of the user's off the stack: none of them sees the probe.
+        C, held = torch._C, []
+        try:
+            while C._len_torch_function_stack() > 0:
+                held.append(C._pop_torch_function_stack())
+            t, i, v = torch.zeros(2), torch.zeros(1, dtype=torch.long), torch.ones(1)
+            with _Probe():
+                t[i] = v
+        except Exception:  # noqa: BLE001 - a torch without these: leave its indexing alone
+            seen.append(None)
+        finally:
+            for m in reversed(held):
+                C._push_on_torch_function_stack(m)
         _SETITEM_SEEN = bool(seen)
     return _SETITEM_SEEN
 

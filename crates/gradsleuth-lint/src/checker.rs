@@ -399,6 +399,7 @@ impl<'a> Checker<'a> {
         self.replacing = replacing;
         self.held = held;
         rules::optimizer_subset::check(self, module);
+        rules::optimizer_never_runs::check(self, module);
         rules::stale_graph::check_block(self, &module.body);
         rules::inplace_param::check(self, module);
         for cut in crate::flow::Flow::run(self, module) {

@@ -609,6 +609,17 @@ pub struct ScalerStepRec {
 /// indices, while its values keep their history).
 pub const INDICES_SUFFIX: &str = ".indices";
 
+/// Ops that draw random samples from a distribution their tensor input gives (by the op's
+/// last name: `torch.multinomial`, `Tensor.bernoulli`): a draw carries no gradient to it.
+pub const SAMPLERS: &[&str] = &[
+    "multinomial",
+    "bernoulli",
+    "poisson",
+    "binomial",
+    "_standard_gamma",
+    "_sample_dirichlet",
+];
+
 /// Ends the `op` of a cut that is a custom `autograd.Function`'s call (`Quant.apply`): the
 /// tracer shows the whole call to the op log as one op, so an output that needs no grad from
 /// inputs that do (`ctx.mark_non_differentiable`) is a cut at the line that applied it.

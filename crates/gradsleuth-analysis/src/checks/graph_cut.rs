@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use gradsleuth_model::capture::{
     Within, CHECKPOINT_OP, FUNCTION_APPLY_SUFFIX, INDICES_SUFFIX, INFERENCE_DATA_OP,
-    INFERENCE_PARAMS_OP, INSIDE_LIBRARY,
+    INFERENCE_PARAMS_OP, INSIDE_LIBRARY, SAMPLERS,
 };
 use gradsleuth_model::{Category, Finding, Severity};
 
@@ -25,9 +25,12 @@ struct Kind {
 const CHECKPOINT_FIX: &str = "Use non-reentrant checkpointing (`checkpoint(fn, x, use_reentrant=False)`; for a Hugging Face model `model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})`), or make the checkpointed input require grad (`model.enable_input_require_grads()` after freezing the base model, before training adapters).";
 
 /// The fix for a cut inside a call that records no gradient by design (GS203's `inside`).
+/// A sample drawn where the loss needs a gradient through it.
+const SAMPLE_FIX: &str = "Draw with `.rsample()`, the reparameterised sample, which keeps the gradient to the distribution's parameters; a distribution without one (`Categorical`, `Bernoulli`) needs a score-function loss (`-(reward * dist.log_prob(sample)).mean()`) or a relaxed distribution (`F.gumbel_softmax`, `RelaxedOneHotCategorical`).";
+
 fn inside_fix(call: &str) -> String {
     if call.rsplit('.').next() == Some("sample") {
-        "Draw with `.rsample()`, the reparameterised sample, which keeps the gradient to the distribution's parameters; a distribution without one (`Categorical`, `Bernoulli`) needs a score-function loss (`-(reward * dist.log_prob(sample)).mean()`) or a relaxed distribution (`F.gumbel_softmax`, `RelaxedOneHotCategorical`).".to_owned()
+        SAMPLE_FIX.to_owned()
     } else {
         format!("`{call}` records no gradient by design: compute what the loss needs outside it (for generated tokens, a forward pass of the model over them), or use a differentiable alternative.")
     }
@@ -328,7 +331,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             Some(Within::FunctionBackward(name)) => (None, Some(name.as_str())),
             None => (None, None),
         };
-        let inside = call.filter(|_| {
+        // A random draw (`torch.multinomial`), named by the call at the user's line that made
+        // it when there is one (`dist.sample()` of a `Categorical`).
+        let sampled = (category == Category::NonDifferentiable
+            && SAMPLERS.contains(&cut.op.rsplit('.').next().unwrap_or_default()))
+        .then_some(call);
+        let inside = call.filter(|_| category == Category::NoGrad).filter(|_| {
             let mut source = ctx.source.borrow_mut();
             !cut.location
                 .iter()
@@ -343,6 +351,13 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         let mut message = match (inside, function) {
             (Some(call), _) => format!("{who} feeds `{call}()`, which runs with gradient recording disabled (`torch.no_grad()` inside it), so what it returns has no history and these parameters never get a gradient."),
             (_, Some(name)) => format!("{who}: the path to the loss runs through `{name}`, a custom `autograd.Function` whose `backward` returns no gradient (None) for that input, so these parameters never get a gradient."),
+            _ if sampled.is_some() => {
+                let via = match sampled.flatten() {
+                    Some(call) => format!("`{call}()`, which draws a sample (`{op}`)"),
+                    None => format!("`{op}`, a random draw"),
+                };
+                agree(format!("{who} feeds {via}: a draw carries no gradient, so these parameters never get one through it."), &who)
+            }
             _ if indices.is_none() && category == Category::NonDifferentiable && cut.op.ends_with(FUNCTION_APPLY_SUFFIX) => agree(format!("`{op}` (a custom `autograd.Function`) returns an output that needs no gradient (marked with `ctx.mark_non_differentiable`, or not a float tensor), so {who} gets no gradient through it."), &who),
             _ if indices.is_some() => agree(format!("`{op}` returns indices, which carry no gradient (only its values do), so {who} gets no gradient through them."), &who),
             // The modules ran with recording on; an op on their output did not (`bank[idx] =
@@ -388,6 +403,8 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
         let checkpointed = cut.op == CHECKPOINT_OP;
         let fix = if checkpointed {
             CHECKPOINT_FIX.to_owned()
+        } else if sampled.is_some() {
+            SAMPLE_FIX.to_owned()
         } else if let Some(call) = inside {
             inside_fix(call)
         } else if indices.is_none()

@@ -48,6 +48,16 @@ pub struct FuncInfo {
 }
 
 /// Ops whose output shares the storage of their first argument (see [`FuncInfo::alias`]).
+/// Tensor attributes whose getter returns a view of the tensor: an op on it, not metadata.
+const VIEW_ATTRS: &[&str] = &[
+    "T.__get__",
+    "mT.__get__",
+    "H.__get__",
+    "mH.__get__",
+    "real.__get__",
+    "imag.__get__",
+];
+
 pub const ALIAS: &[&str] = &[
     "data.__get__",
     "detach",
@@ -177,6 +187,9 @@ pub fn classify(qual: &str, owner: Option<&str>) -> FuncInfo {
         "data.__get__" => Kind::Data,
         "grad.__get__" => Kind::GradRead,
         "grad.__set__" => Kind::GradSet,
+        // `t.T`, `t.mT`, `t.H`, `t.real`: a view of the tensor, which carries what it carries
+        // (`Categorical.sample` transposes `multinomial`'s draws).
+        _ if is_descriptor && VIEW_ATTRS.contains(&short.as_str()) => Kind::Plain,
         _ if is_descriptor && !short.ends_with(".__set__") => Kind::Ignore,
         s if s.ends_with("_like") || (s.starts_with("new_") && s != "new_tensor") => Kind::Ignore,
         "size" | "dim" | "numel" | "stride" | "element_size" | "is_floating_point"
@@ -235,6 +248,8 @@ mod tests {
         assert_eq!((&*c.name, c.kind), ("Tensor.data", Kind::Data));
         let c = classify("getset_descriptor.__get__", Some("shape"));
         assert_eq!(c.kind, Kind::Ignore);
+        let c = classify("getset_descriptor.__get__", Some("mT"));
+        assert_eq!((&*c.name, c.kind), ("Tensor.mT", Kind::Plain));
         let c = classify("_VariableFunctionsClass.argmax", None);
         assert_eq!((&*c.name, c.kind), ("torch.argmax", Kind::NonDiff));
         assert!(classify("TensorBase.add_", None).inplace);

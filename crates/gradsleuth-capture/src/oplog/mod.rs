@@ -31,7 +31,8 @@ use std::sync::Arc;
 
 use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
 use gradsleuth_model::capture::{
-    CutRec, GraphNode, GraphRec, InplaceRec, Within, CHECKPOINT_OP, INDICES_SUFFIX, INSIDE_LIBRARY,
+    CutRec, GraphNode, GraphRec, InplaceRec, Within, CHECKPOINT_OP, FUNCTION_APPLY_SUFFIX,
+    INDICES_SUFFIX, INSIDE_LIBRARY, SAMPLERS,
 };
 use gradsleuth_model::{Category, Related};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -976,7 +977,15 @@ impl<K, N> OpLog<K, N> {
                 }
                 // argmax-like ops, integer/bool casts, comparisons, and any other op whose
                 // output does not need grad while its input does.
-                _ => Category::NonDifferentiable,
+                _ => {
+                    // A draw (`torch.multinomial`) made inside the call at the user's line
+                    // (`dist.sample()`): that call is what the user wrote.
+                    let last = name.rsplit('.').next().unwrap_or(&name);
+                    if SAMPLERS.contains(&last) {
+                        inside = h.callee().map(|c| c.name);
+                    }
+                    Category::NonDifferentiable
+                }
             };
             site = Some(s.clone());
             let id = self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?;
@@ -1105,6 +1114,7 @@ impl<K, N> OpLog<K, N> {
                 }
             }
         }
+        let merges = name.ends_with(FUNCTION_APPLY_SUFFIX);
         for o in &outputs {
             let ptr = h.addr(o);
             let index = index_cut
@@ -1115,6 +1125,18 @@ impl<K, N> OpLog<K, N> {
                 let mut t = taint.clone();
                 t.push(id);
                 self.taint.insert(ptr, (t, h.keep(o)));
+            } else if merges {
+                // A custom Function's call, after the ops of its forward: what those gave its
+                // outputs (a cut inside a checkpointed forward) stays.
+                let mut t = taint.clone();
+                if let Some((had, k)) = self.taint.get(&ptr) {
+                    if h.holds(k, o) {
+                        t.extend(had.iter().copied().filter(|i| !taint.contains(i)));
+                    }
+                }
+                if !t.is_empty() {
+                    self.taint.insert(ptr, (t, h.keep(o)));
+                }
             } else if taint.is_empty() {
                 self.taint.remove(&ptr);
             } else {

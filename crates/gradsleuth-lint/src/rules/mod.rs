@@ -24,6 +24,7 @@ pub mod no_grad_forward;
 pub mod non_diff_in_loss;
 pub mod non_leaf_param;
 pub mod optimizer_before_replace;
+pub mod optimizer_never_runs;
 pub mod optimizer_subset;
 pub mod peft_unfreeze;
 pub mod recreated_module;
@@ -140,6 +141,7 @@ pub const ALL: &[&Rule] = &[
     &inplace_saved::RULE,
     &optimizer_before_replace::RULE,
     &optimizer_subset::RULE,
+    &optimizer_never_runs::RULE,
     &stale_graph::RULE,
     &step_not_called::RULE,
     &backward_not_called::RULE,

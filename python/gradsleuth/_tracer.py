@@ -385,7 +385,9 @@ class Tracer:
             try:
                 if (op := names.get(cls)) is None:
                     op = names[cls] = types.SimpleNamespace(__qualname__=f"{name}.apply")
-                if tracer._oplog is log and tracer._mode is not None and not log.grads_only and _drops_grad(args, out):
+                with own_ops():
+                    drops = _drops_grad(args, out)
+                if drops and tracer._oplog is log and tracer._mode is not None and not log.grads_only:
                     log.op(op, args, kwargs, out)
             except Exception as e:  # noqa: BLE001 - never break the user's forward
                 tracer.rec.note(f"op log, {name}.apply: {e}")
@@ -1812,7 +1814,8 @@ def _setitem_seen() -> bool:
                 seen.append(func)
                 return func(*args, **(kwargs or {}))
 
-        # Asked with every mode of the user's off the stack: none of them sees the probe.
+        # Asked with every mode of the user's off the stack: none of them sees the probe (nor
+        # is it `own_ops()`, which would hide it from the probe's own mode too).
         C, held = torch._C, []
         try:
             while C._len_torch_function_stack() > 0:

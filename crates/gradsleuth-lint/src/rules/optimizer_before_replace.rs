@@ -35,7 +35,7 @@ pub fn is_optimizer_call(e: &Expr) -> bool {
 }
 
 /// Statements of a body in order, nested blocks flattened (not nested functions or classes).
-fn flatten<'a>(body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
+pub(crate) fn flatten<'a>(body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
     for s in body {
         out.push(s);
         match s {

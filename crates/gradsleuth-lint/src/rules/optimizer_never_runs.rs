@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, ExprCall, ModModule, Stmt};
 
-use super::optimizer_before_replace::{is_optimizer_call, parameter_owners};
+use super::optimizer_before_replace::{flatten, is_optimizer_call, parameter_owners};
 use super::Rule;
 use crate::checker::{call_name, dotted, Checker};
 
@@ -85,34 +85,6 @@ impl Uses<'_> {
     }
 }
 
-/// Statements of a body, nested blocks included, functions and classes not.
-fn statements<'a>(body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
-    for s in body {
-        out.push(s);
-        match s {
-            Stmt::If(i) => {
-                statements(&i.body, out);
-                for c in &i.elif_else_clauses {
-                    statements(&c.body, out);
-                }
-            }
-            Stmt::For(f) => statements(&f.body, out),
-            Stmt::While(w) => statements(&w.body, out),
-            Stmt::With(w) => statements(&w.body, out),
-            Stmt::Try(t) => {
-                statements(&t.body, out);
-                for h in &t.handlers {
-                    let ruff_python_ast::ExceptHandler::ExceptHandler(h) = h;
-                    statements(&h.body, out);
-                }
-                statements(&t.orelse, out);
-                statements(&t.finalbody, out);
-            }
-            _ => {}
-        }
-    }
-}
-
 /// The optimizer calls among `stmts` (anywhere in their expressions).
 fn optimizer_calls<'a>(stmts: &[&'a Stmt]) -> Vec<&'a ExprCall> {
     struct V<'a>(Vec<&'a ExprCall>);
@@ -166,7 +138,7 @@ fn trains(module: &ModModule) -> bool {
 
 fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
     let mut stmts = Vec::new();
-    statements(body, &mut stmts);
+    flatten(body, &mut stmts);
     // Names bound in this scope, and how often; those bound once to a module construction.
     let mut bound: HashMap<&str, (usize, bool)> = HashMap::new();
     for s in &stmts {

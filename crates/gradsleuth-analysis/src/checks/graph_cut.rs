@@ -331,6 +331,11 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             Some(Within::FunctionBackward(name)) => (None, Some(name.as_str())),
             None => (None, None),
         };
+        // A custom Function's call that returned an output without gradient: its class.
+        let applied = cut
+            .op
+            .strip_suffix(FUNCTION_APPLY_SUFFIX)
+            .filter(|_| indices.is_none() && category == Category::NonDifferentiable);
         // A random draw (`torch.multinomial`), named by the call at the user's line that made
         // it when there is one (`dist.sample()` of a `Categorical`).
         let sampled = (category == Category::NonDifferentiable
@@ -358,7 +363,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
                 };
                 agree(format!("{who} feeds {via}: a draw carries no gradient, so these parameters never get one through it."), &who)
             }
-            _ if indices.is_none() && category == Category::NonDifferentiable && cut.op.ends_with(FUNCTION_APPLY_SUFFIX) => agree(format!("`{op}` (a custom `autograd.Function`) returns an output that needs no gradient (marked with `ctx.mark_non_differentiable`, or not a float tensor), so {who} gets no gradient through it."), &who),
+            _ if applied.is_some() => agree(format!("`{op}` (a custom `autograd.Function`) returns an output that needs no gradient (marked with `ctx.mark_non_differentiable`, or not a float tensor), so {who} gets no gradient through it."), &who),
             _ if indices.is_some() => agree(format!("`{op}` returns indices, which carry no gradient (only its values do), so {who} gets no gradient through them."), &who),
             // The modules ran with recording on; an op on their output did not (`bank[idx] =
             // emb` inside `torch.no_grad()`): that op is what the message names.
@@ -407,11 +412,7 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             SAMPLE_FIX.to_owned()
         } else if let Some(call) = inside {
             inside_fix(call)
-        } else if indices.is_none()
-            && category == Category::NonDifferentiable
-            && cut.op.ends_with(FUNCTION_APPLY_SUFFIX)
-        {
-            let name = cut.op.trim_end_matches(FUNCTION_APPLY_SUFFIX);
+        } else if let Some(name) = applied {
             format!("Leave `ctx.mark_non_differentiable` off an output the loss needs a gradient through, and return that gradient from `{name}.backward`; an output that is truly not differentiable (a rounding, an index) needs a path for the gradient beside it (a straight-through estimator: `x + ({name}.apply(x) - x).detach()`).")
         } else if let Some(name) = function {
             format!("Return a gradient from `{name}.backward` for every input of `forward` that needs one, in the order of `forward`'s arguments (None only where `ctx.needs_input_grad[i]` is False); `torch.autograd.gradcheck` compares a backward with numerical gradients.")

@@ -71,6 +71,19 @@ def test_lightning_two_optimizer_gan_is_quiet_and_names_both_networks(tmp_path):
     assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
 
 
+def test_lightning_gan_stepping_the_discriminator_before_the_generators_backward(tmp_path):
+    """Lightning steps through a closure of its own (the mode keeps recording inside the step):
+    the backward's in-place error is the discriminator's step, at the user's `opt_d.step()`,
+    naming the weight it changed; the generator's step, never reached, is not told as missing."""
+    report = _run(tmp_path, HERE / "lightning_gan_step_before_backward.py")
+    loud = _loud(report)
+    assert [f["code"] for f in loud] == ["GS208"], loud
+    f = loud[0]
+    assert f["location"]["line"] == 26 and f["params"] == ["discriminator.2.weight"], f
+    assert f["message"].startswith("`Adam.step()` updates the parameter"), f["message"]
+    assert "modified by an inplace operation" in report["error"]["message"]
+
+
 def test_lightning_fp16_scaler_finding_its_scale_is_not_a_bug_one_that_never_steps_is(tmp_path):
     """A GradScaler skips steps (no optimizer hook runs) while its scale overflows: the first
     steps of fp16 training. Observation goes on until the requested steps were taken, and the

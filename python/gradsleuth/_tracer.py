@@ -182,6 +182,9 @@ class Tracer:
         self._oplog = None
         self._mode = None
         self._setitem = None  # the `Tensor.__setitem__` the op log needs on torch 2.1 (_setitem_shim)
+        # The optimizer step running: (mode, optimizer, its parameters' versions before it,
+        # whether the mode is passive for it), see `_step_pre`.
+        self._stepping: tuple | None = None
         self._pending_pop: list = []
         self._scanned: set[int] = set()
         self._said: set = set()
@@ -725,6 +728,8 @@ class Tracer:
                 self._progress("forward")
                 if self._pending_pop:
                     self._pop_pending()
+                if self._stepping is not None:
+                    self._stepped()  # a step that raised, or this forward runs inside one (no closure)
                 if self._oplog is not None:
                     self._oplog.grads_only = False
                 if self._deep and self._mode is None:
@@ -1303,9 +1308,35 @@ class Tracer:
         try:
             with own_ops():
                 self._measure_before(opt)
+                mode = self._mode
+                if mode is not None and not mode.passive and self.key(opt) not in self._copies:
+                    # What the step writes in place is recorded after it. Without a closure
+                    # (`args` are step's own, the optimizer first) no forward runs inside, and
+                    # its own ops, under no_grad, pass the mode unrecorded.
+                    quiet = (args[1] if len(args) > 1 else kwargs.get("closure")) is None
+                    self._stepping = (mode, opt, [(p, p._version) for p in self._opt_params(opt)], quiet)
+                    mode.passive = quiet
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step pre-hook: {type(e).__name__}: {e}")
         return None
+
+    def _stepped(self, opt=None):
+        """`opt`'s step is over (None: a forward starts inside a step without a closure, or
+        after one that raised): the mode records again, and the parameters whose versions the
+        step changed go to the op log as its in-place writes (`OpLog.optimizer_step`): a graph
+        still to be backpropagated may have saved one."""
+        stepping = self._stepping
+        if stepping is None or (opt is not None and stepping[1] is not opt) or (opt is None and not stepping[3]):
+            return
+        self._stepping = None
+        mode, opt, versions, _ = stepping
+        if self._mode is not mode:
+            return
+        mode.passive = False
+        if self._oplog is not None:
+            with own_ops():
+                changed = [(p, self.key(p)) for p, v in versions if p._version != v]
+                self._oplog.optimizer_step(f"{type(opt).__name__}.step()", changed)
 
     def _measure_before(self, opt):
         """Weight norms (and, the first time, bit fingerprints) before `opt`'s step."""
@@ -1332,6 +1363,11 @@ class Tracer:
             self._copy_stepped.add(okey)
 
     def _step_post(self, opt, args, kwargs):
+        if self._stepping is not None:
+            try:
+                self._stepped(opt)
+            except Exception as e:  # noqa: BLE001
+                self.rec.note(f"step post-hook: {type(e).__name__}: {e}")
         if not self.active or self.key(opt) in self._copies:
             return  # an optimizer of copies: measured after its wrapper's step (_find_copies)
         self._step_done(opt)
@@ -2103,33 +2139,38 @@ def _show_parameters(mode):
     nn.Parameter.__new__ = staticmethod(__new__)
 
 
+_OP_MODE: list = []  # the mode class, made once (a class per deep step costs its creation and cycles)
+
+
 def _make_op_mode(log, rec):
     """The TorchFunctionMode of the deep step. Its `__torch_function__` is the native
     `OpCall` bound to it (torch requires a method of the mode): it calls the op, then forwards
     it to the Rust op log, and no Python frame of ours sits between the user's line and the op
     (a warning the op raises keeps the user's location). Nothing the log does can change what
     the op returns or raises."""
-    from torch.overrides import TorchFunctionMode
+    if not _OP_MODE:
+        from torch.overrides import TorchFunctionMode
 
-    from gradsleuth._core import OpCall
+        from gradsleuth._core import OpCall
 
-    class _OpMode(TorchFunctionMode):
-        def __init__(self):
-            super().__init__()
-            self.call = OpCall(log, rec)
-            self.call.bind(self)
-            self.__torch_function__ = self.call  # type: ignore[method-assign]
+        class _OpMode(TorchFunctionMode):
+            def __init__(self, log, rec):
+                super().__init__()
+                self.call = OpCall(log, rec)
+                self.call.bind(self)
+                self.__torch_function__ = self.call  # type: ignore[method-assign]
 
-        @property
-        def inside(self) -> int:
-            return self.call.inside
+            @property
+            def inside(self) -> int:
+                return self.call.inside
 
-        @property
-        def passive(self) -> bool:
-            return self.call.passive
+            @property
+            def passive(self) -> bool:
+                return self.call.passive
 
-        @passive.setter
-        def passive(self, value: bool) -> None:
-            self.call.passive = value
+            @passive.setter
+            def passive(self, value: bool) -> None:
+                self.call.passive = value
 
-    return _OpMode()
+        _OP_MODE.append(_OpMode)
+    return _OP_MODE[0](log, rec)

@@ -48,6 +48,11 @@ pub struct TensorFacts {
     /// Only optimizers that never stepped hold it, and its weights are bit for bit what they
     /// were after the first backward (nothing else, a manual update, changed them either).
     pub never_stepped: bool,
+    /// Only optimizers that had not stepped yet hold it (or, with no optimizer, the script's
+    /// own update had not changed it yet), and the script raised before its loop came around
+    /// (a `backward()` line running a second time): the update it would have made was never
+    /// reached (a GAN's generator step, after its loss's backward failed).
+    pub step_not_reached: bool,
     /// The run created no optimizer, and its weights are bit for bit what they were after the
     /// first backward gave it a gradient: the script's own update (if any) never changed it.
     pub unchanged_by_hand: bool,
@@ -133,6 +138,16 @@ impl Facts {
             capture.backwards.len() as u32
         };
 
+        // The script raised before its loop came around: a step it had not taken yet may
+        // simply not have been reached.
+        let cut_short = capture.error.is_some() && {
+            let mut lines = std::collections::HashSet::new();
+            !capture.backwards.iter().any(|b| {
+                b.location
+                    .as_ref()
+                    .is_some_and(|l| !lines.insert((l.file.as_str(), l.line)))
+            })
+        };
         let uncalled = uncalled_layers(capture);
         let mut tensors = BTreeMap::new();
         let mut order = Vec::new();
@@ -155,19 +170,23 @@ impl Facts {
                     .weight_changes
                     .iter()
                     .any(|(k, c)| *k == t.key && *c);
-            let never_stepped = !optimizers.is_empty()
+            let unstepped = !optimizers.is_empty()
                 && optimizers.iter().all(|o| !steps_of.contains_key(o))
+                && !changed;
+            let never_stepped = unstepped
+                && !cut_short
+                && capture
+                    .weight_changes
+                    .iter()
+                    .any(|(k, c)| *k == t.key && !*c);
+            let by_hand_unchanged = capture.optimizers.is_empty()
                 && !changed
                 && capture
                     .weight_changes
                     .iter()
                     .any(|(k, c)| *k == t.key && !*c);
-            let unchanged_by_hand = capture.optimizers.is_empty()
-                && !changed
-                && capture
-                    .weight_changes
-                    .iter()
-                    .any(|(k, c)| *k == t.key && !*c);
+            let unchanged_by_hand = by_hand_unchanged && !cut_short;
+            let step_not_reached = (unstepped || by_hand_unchanged) && cut_short;
             let weight_norm = optimizers
                 .first()
                 .and_then(|o| steps_of.get(o))
@@ -188,6 +207,7 @@ impl Facts {
                 updates,
                 changed,
                 never_stepped,
+                step_not_reached,
                 unchanged_by_hand,
                 weight_norm,
                 status: ParamStatus::GradNone,
@@ -426,7 +446,7 @@ fn status(t: &TensorRec, f: &TensorFacts, any_step: bool, cut_off: bool) -> Para
         if !any_step {
             // No optimizer stepped: a manual update may train it, unless the optimizers that
             // hold it never stepped (or there is none) and nothing changed it.
-            return if f.never_stepped || f.unchanged_by_hand {
+            return if f.never_stepped || f.unchanged_by_hand || f.step_not_reached {
                 ParamStatus::NotUpdated
             } else {
                 ParamStatus::Learning

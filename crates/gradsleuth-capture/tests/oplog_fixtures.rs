@@ -276,6 +276,9 @@ struct Fixture {
     #[serde(default)]
     leaves: Vec<String>,
     ops: Vec<Step>,
+    /// Shapes of parameters (default `[4]`).
+    #[serde(default)]
+    shapes: HashMap<String, Vec<i64>>,
     /// Parameters whose gradient was exactly zero (the soft cuts' pool).
     #[serde(default)]
     zero: Vec<String>,
@@ -322,6 +325,9 @@ struct Step {
     callee: Option<(usize, String)>,
     /// The op raised this message.
     fails: Option<String>,
+    /// `[name, parameters]`: an optimizer's step (`Adam.step()`, its own ops unseen) writes
+    /// these parameters in place, as the tracer tells the log after it.
+    optimizer_step: Option<(String, Vec<String>)>,
     /// `loss`: a backward starts from this tensor.
     backward: Option<String>,
     /// Backward raised this message.
@@ -399,6 +405,11 @@ fn run_fixture(path: &Path) -> Value {
     };
     for (i, p) in fx.params.iter().enumerate() {
         let a = leaf(&mut w, true);
+        if let (Some(shape), Some((_, Obj::Tensor { shape: s, .. }))) =
+            (fx.shapes.get(p), w.objs.get_mut(&a))
+        {
+            *s = shape.clone();
+        }
         names.insert(p.clone(), a);
         keys.insert(a, i as u64 + 1);
     }
@@ -469,6 +480,17 @@ fn run_fixture(path: &Path) -> Value {
         if let Some(l) = &step.backward {
             log.loss(&mut Fake(&mut w), &names[l]);
             losses.push(names[l]);
+        }
+        if let Some((name, params)) = &step.optimizer_step {
+            let mut written = Vec::new();
+            for p in params {
+                let a = names[p];
+                if let Some((_, Obj::Tensor { version, .. })) = w.objs.get_mut(&a) {
+                    *version += 1;
+                }
+                written.push((a, keys[&a]));
+            }
+            log.optimizer_step(&mut Fake(&mut w), name, &written);
         }
         if let Some(msg) = &step.backward_error {
             log.explain_error(&mut recorder, msg);
@@ -719,6 +741,7 @@ fn run_fixture(path: &Path) -> Value {
                 "saved_at": line(&r.saved_at),
                 "node": r.node,
                 "version": r.version,
+                "param": r.param.map(|k| key_name[&k].clone()),
             })
         })
         .collect();

@@ -625,6 +625,10 @@ pub const SAMPLERS: &[&str] = &[
 /// inputs that do (`ctx.mark_non_differentiable`) is a cut at the line that applied it.
 pub const FUNCTION_APPLY_SUFFIX: &str = ".apply";
 
+/// Ends the `op` of an in-place write that is an optimizer's `step()` (`Adam.step()`): the
+/// step updated a parameter that a graph still to be backpropagated had saved.
+pub const OPTIMIZER_STEP_SUFFIX: &str = ".step()";
+
 /// The `op` of a cut that is a tensor made from data under `inference_mode` and refused by an
 /// op that autograd records: no parameter is cut off, the step fails in forward.
 pub const INFERENCE_DATA_OP: &str = "inference tensor";
@@ -710,6 +714,10 @@ pub struct InplaceRec {
     /// `inplace_saved` or `inplace_leaf`.
     #[serde(default)]
     pub kind: crate::finding::Category,
+    /// The parameter an optimizer's step updated in place (`op` ends with
+    /// [`OPTIMIZER_STEP_SUFFIX`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param: Option<u64>,
 }
 
 /// The exception a script ended with.

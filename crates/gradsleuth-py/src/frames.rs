@@ -154,9 +154,12 @@ impl FrameWalker {
                 Some((file, name))
             })
             .collect();
+        let own = own_dir(py);
         let shown = names
             .iter()
-            .find(|(file, name)| !is_wrapper(file, name))
+            .find(|(file, name)| {
+                !is_wrapper(file, name) && !own.is_some_and(|d| file.starts_with(d))
+            })
             .or(names.first())?;
         Some(Callee {
             id,
@@ -175,6 +178,22 @@ fn is_wrapper(file: &str, name: &str) -> bool {
         || file.ends_with("/functools.py")
         || (file.ends_with("/torch/nn/modules/module.py")
             && (name.ends_with("_call_impl") || name.ends_with("_wrapped_call_impl")))
+}
+
+/// The folder of gradsleuth's own package: its wrappers (of `zero_grad`, `backward`, an
+/// optimizer's `__init__`) pass a call on, like a decorator's code.
+fn own_dir(py: Python<'_>) -> Option<&'static str> {
+    static OWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        let file: String = py
+            .import("gradsleuth")
+            .and_then(|m| m.getattr("__file__"))
+            .and_then(|f| f.extract())
+            .ok()?;
+        let dir = std::path::Path::new(&file).parent()?;
+        Some(format!("{}{}", dir.display(), std::path::MAIN_SEPARATOR))
+    })
+    .as_deref()
 }
 
 /// torch's context decorators' code (`@torch.no_grad()`, `@torch.inference_mode()`).

@@ -501,6 +501,13 @@ impl OpLog {
         );
     }
 
+    /// An optimizer's `step()` (`name`: `Adam.step()`) changed `params` in place: each a
+    /// `(tensor, key)` of a parameter whose version it changed.
+    fn optimizer_step(&mut self, py: Python<'_>, name: &str, params: Vec<(Bound<'_, PyAny>, u64)>) {
+        let (log, mut host) = self.split(py);
+        log.optimizer_step(&mut host, name, &params);
+    }
+
     /// Matches an in-place error raised by backward to the in-place op that caused it.
     #[pyo3(signature = (recorder, message))]
     fn explain_error(&mut self, mut recorder: PyRefMut<'_, Recorder>, message: &str) -> bool {

@@ -35,9 +35,10 @@ fn run(ctx: &Context) -> Vec<Finding> {
             .iter()
             .copied()
             .filter(|k| {
-                ctx.facts
-                    .get(*k)
-                    .is_some_and(|f| f.visible && !f.learns() && !ctx.is_claimed(*k))
+                ctx.facts.get(*k).is_some_and(|f| {
+                    // A step the script raised before reaching proves nothing cleared.
+                    f.visible && !f.learns() && !f.step_not_reached && !ctx.is_claimed(*k)
+                })
             })
             .collect();
         if keys.is_empty() {

@@ -1,5 +1,6 @@
 //! GS208 `inplace_saved` and GS209 `inplace_leaf`: the in-place op behind an autograd error.
 
+use gradsleuth_model::capture::{InplaceRec, OPTIMIZER_STEP_SUFFIX};
 use gradsleuth_model::{Category, Finding, Severity};
 
 use super::Check;
@@ -17,6 +18,9 @@ pub mod saved {
             .filter(|e| e.kind == Category::InplaceSaved)
             .map(|e| {
                 let shape = if e.shape.is_empty() { String::new() } else { format!(" of shape {:?}", e.shape) };
+                if e.op.ends_with(OPTIMIZER_STEP_SUFFIX) {
+                    return stepped(ctx, e, &shape);
+                }
                 CHECK.finding(Severity::Error,
                     format!(
                         "`{}` modifies in place a tensor{shape} that autograd saved for backward (the output of {}), so backward fails.",
@@ -30,6 +34,40 @@ pub mod saved {
                 .fix("Use the out-of-place op (`x = x + 1`, `x = x.relu()`, `torch.where(mask, 0, x)`, `nn.ReLU(inplace=False)`), or `.clone()` before modifying.")
             })
             .collect()
+    }
+
+    /// An optimizer's step updated a parameter that a graph still to be backpropagated had
+    /// saved (a GAN's generator loss on the discriminator's output, after the discriminator's
+    /// step): the fix is the order of the steps, not an out-of-place op.
+    fn stepped(ctx: &Context, e: &InplaceRec, shape: &str) -> Finding {
+        let names = e
+            .param
+            .map(|k| super::super::names(ctx, &[k]))
+            .unwrap_or_default();
+        let what = match names.first() {
+            Some(n) => format!("the parameter `{n}`"),
+            None => format!("a parameter{shape}"),
+        };
+        let call = e.op.strip_suffix(OPTIMIZER_STEP_SUFFIX).unwrap_or(&e.op);
+        CHECK
+            .finding(
+                Severity::Error,
+                format!(
+                    "`{}` updates {what} in place while a graph that saved it for backward (as the output of {}) has not been backpropagated yet, so that backward fails.",
+                    e.op, e.node
+                ),
+            )
+            .params(names)
+            .at(ctx.locate(e.location.as_ref()))
+            .related(ctx.locate(e.saved_at.as_ref()), "used (and saved for backward) here, before the step changed it")
+            .chain([
+                "the forward saves the parameter for backward".into(),
+                format!("`{}` updates it in place (version {}) ✗", e.op, e.version),
+                "a later backward() through that graph fails".into(),
+            ])
+            .fix(format!(
+                "Run every backward that goes through this graph before `{call}`'s step changes its parameters (e.g. the generator's loss `backward()` before the discriminator's `step()`), or run the forward again after the step (the discriminator on the generated batch anew). `retain_graph=True` does not help: what the graph saved is stale once the step has run."
+            ))
     }
 }
 

@@ -111,6 +111,40 @@ mod tests {
         assert!(s.quiet());
     }
 
+    /// The script raised in its second backward (the line after the first): the step it would
+    /// have taken next was never reached.
+    fn raised_in_second_backward(second_line: u32) -> Scenario {
+        let mut s = healthy(0);
+        s.backward(&[10, 11], &[(10, Some(0.5)), (11, Some(0.2))]);
+        s.backward(&[], &[]);
+        let last = s.capture.backwards.last_mut().unwrap();
+        last.location = Some(gradsleuth_model::Location::new("train.py", second_line));
+        last.error = Some("RuntimeError: modified by an inplace operation".into());
+        s.capture.error = Some(gradsleuth_model::capture::ScriptError {
+            kind: "RuntimeError".into(),
+            message: "one of the variables needed for gradient computation has been modified by an inplace operation".into(),
+            location: Some(gradsleuth_model::Location::new("train.py", second_line)),
+            ..Default::default()
+        });
+        s.capture.weight_changes = vec![(10, false), (11, false)];
+        s
+    }
+
+    #[test]
+    fn a_step_the_script_never_reached_before_it_raised_is_not_told() {
+        let s = raised_in_second_backward(44);
+        assert!(s.run(&CHECK).is_empty());
+        // Nor as a parameter no step changed (GS199): the error is what the run says.
+        assert!(s.quiet(), "{:?}", s.report().findings);
+    }
+
+    #[test]
+    fn a_loop_that_came_around_without_the_step_is_told_even_when_it_raised_later() {
+        // The same backward line ran twice: an iteration went by without the step.
+        let s = raised_in_second_backward(40);
+        assert_eq!(s.run(&CHECK).len(), 1);
+    }
+
     #[test]
     fn an_optimizer_that_steps_is_not_told() {
         assert!(healthy(3).run(&CHECK).is_empty());

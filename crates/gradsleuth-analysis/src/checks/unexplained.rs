@@ -41,6 +41,9 @@ fn run(ctx: &Context) -> Vec<Finding> {
         if !f.visible || ctx.is_claimed(t.key) {
             continue;
         }
+        if f.status == ParamStatus::NotUpdated && f.step_not_reached {
+            continue; // the script raised before its optimizer's step came
+        }
         if f.status == ParamStatus::GradNone && constant.contains_key(&t.key) {
             constant_keys.push(t.key);
             continue;

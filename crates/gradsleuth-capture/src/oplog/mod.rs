@@ -211,6 +211,8 @@ struct Inplace {
     shape: Vec<i64>,
     created: Option<Site>,
     consumed: Option<Site>,
+    /// The parameter an optimizer's step wrote ([`OpLog::optimizer_step`]).
+    param: Option<u64>,
 }
 
 /// The op log of one deep step, over a host whose keepers are `K` and kept nodes `N`.
@@ -741,6 +743,13 @@ impl<K, N> OpLog<K, N> {
             }
         }
         if grads_only {
+            if inplace {
+                // Between a backward and the next forward, what is written in place may still
+                // be saved by a graph not yet backpropagated (a manual update of a parameter
+                // before a second loss's backward).
+                let mut site = None;
+                self.push_inplace(h, first, &name, &mut site, None);
+            }
             return Ok(());
         }
         let mut inputs: Vec<H::Value> = Vec::new();
@@ -1194,23 +1203,44 @@ impl<K, N> OpLog<K, N> {
             }
         }
         if inplace {
-            if let Some(target) = first.filter(|t| h.is_tensor(t)) {
-                let ptr = h.addr(target);
-                let t = h.inplace_target(target);
-                let s = site_now(h, &mut site);
-                self.inplace.push(Inplace {
-                    op: name.clone(),
-                    site: s,
-                    version: t.version,
-                    prev_node: t.prev_node,
-                    node: t.node,
-                    shape: t.shape,
-                    created: self.created.get(&ptr).cloned(),
-                    consumed: self.consumed.get(&ptr).cloned(),
-                });
-            }
+            self.push_inplace(h, first, &name, &mut site, None);
         }
         Ok(())
+    }
+
+    /// An in-place op `name` wrote `target` (the op's first argument, when a tensor; `param`:
+    /// the parameter an optimizer's step wrote): kept for an autograd error a later backward
+    /// may raise. `site`: the op's, read once.
+    fn push_inplace<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        target: Option<&H::Value>,
+        name: &Arc<str>,
+        site: &mut Option<Option<Site>>,
+        param: Option<u64>,
+    ) {
+        let Some(target) = target.filter(|t| h.is_tensor(t)) else {
+            return;
+        };
+        if self.inplace.len() >= 65_536 {
+            return;
+        }
+        let ptr = h.addr(target);
+        let t = h.inplace_target(target);
+        if site.is_none() {
+            *site = Some(h.stack(1).into_iter().next());
+        }
+        self.inplace.push(Inplace {
+            op: name.clone(),
+            site: site.clone().flatten(),
+            version: t.version,
+            prev_node: t.prev_node,
+            node: t.node,
+            shape: t.shape,
+            created: self.created.get(&ptr).cloned(),
+            consumed: self.consumed.get(&ptr).cloned(),
+            param,
+        });
     }
 
     /// `p.grad` read or assigned. After a backward: the gradient tensor a read returns is
@@ -1989,6 +2019,25 @@ impl<K, N> OpLog<K, N> {
         found
     }
 
+    /// An optimizer's `step()` (`name`: `Adam.step()`) changed `params` in place, each the
+    /// tensor and the key of its parameter. The step's own ops pass the mode unrecorded (and a
+    /// fused or `foreach` step writes lists no op names one by one), so these writes are what
+    /// an autograd error raised by a later backward is matched to: a graph still to be
+    /// backpropagated saved a parameter that the step then updated (a GAN's second loss on the
+    /// discriminator's output, after the discriminator's step).
+    pub fn optimizer_step<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &mut H,
+        name: &str,
+        params: &[(H::Value, u64)],
+    ) {
+        let op: Arc<str> = Arc::from(name);
+        let mut site = None;
+        for (t, key) in params {
+            self.push_inplace(h, Some(t), &op, &mut site, Some(*key));
+        }
+    }
+
     /// Matches an in-place error raised by backward to the in-place op that caused it;
     /// whether one was found (and written into the capture).
     pub fn explain_error(&mut self, recorder: &mut Recorder, message: &str) -> bool {
@@ -2017,6 +2066,9 @@ impl<K, N> OpLog<K, N> {
                 .any(|n| n == node || n.starts_with(&node))
         };
         let in_range = |e: &&Inplace| e.version > expected && e.version <= at;
+        // Among writes that fit, an optimizer's step before the ops inside it (recorded when
+        // a closure kept the mode recording): the step is what the user's line called.
+        let step_first = |e: &&Inplace| e.param.is_none();
         let numel = |s: &[i64]| s.iter().product::<i64>();
         // The same elements: the saved tensor may be a view of the target (`x.unsqueeze(1)`
         // of an input modified in place afterwards).
@@ -2026,19 +2078,22 @@ impl<K, N> OpLog<K, N> {
             .iter()
             .filter(names)
             .filter(|e| shape.is_empty() || e.shape == shape)
-            .find(in_range)
+            .filter(in_range)
+            .min_by_key(step_first)
             .or_else(|| {
                 self.inplace
                     .iter()
                     .filter(names)
                     .filter(same_elements)
-                    .find(in_range)
+                    .filter(in_range)
+                    .min_by_key(step_first)
             })
             .or_else(|| {
                 self.inplace
                     .iter()
                     .filter(|e| e.shape == shape)
-                    .find(in_range)
+                    .filter(in_range)
+                    .min_by_key(step_first)
             })
             .or_else(|| {
                 // The saved tensor is a reshaping view of the in-place op's target (a linear
@@ -2054,12 +2109,40 @@ impl<K, N> OpLog<K, N> {
                 ]
                 .iter()
                 .any(|v| node == *v || node.strip_suffix("Backward0") == Some(*v));
+                // A transposing view (a linear's weight, saved as `weight.t()`) has the
+                // target's very sizes in another order: that tells it from another tensor of
+                // as many elements (a bias).
+                let sorted = |s: &[i64]| {
+                    let mut s = s.to_vec();
+                    s.sort_unstable();
+                    s
+                };
+                let same_sizes = |e: &&Inplace| sorted(&e.shape) == sorted(&shape);
                 (view && !shape.is_empty())
-                    .then(|| self.inplace.iter().filter(same_elements).find(in_range))
+                    .then(|| {
+                        self.inplace
+                            .iter()
+                            .filter(same_sizes)
+                            .filter(in_range)
+                            .min_by_key(step_first)
+                            .or_else(|| {
+                                self.inplace
+                                    .iter()
+                                    .filter(same_elements)
+                                    .filter(in_range)
+                                    .min_by_key(step_first)
+                            })
+                    })
                     .flatten()
             })
             // Last, the node alone: the shape in the message may be one the log never saw.
-            .or_else(|| self.inplace.iter().filter(names).find(in_range));
+            .or_else(|| {
+                self.inplace
+                    .iter()
+                    .filter(names)
+                    .filter(in_range)
+                    .min_by_key(step_first)
+            });
         let Some(e) = hit else { return false };
         let node = e.prev_node.clone().unwrap_or(node);
         let mut loc = |s: &Option<Site>| s.as_ref().and_then(|s| recorder.site_location(s));
@@ -2072,6 +2155,7 @@ impl<K, N> OpLog<K, N> {
             shape: e.shape.clone(),
             version: e.version,
             kind: Category::InplaceSaved,
+            param: e.param,
         };
         recorder.capture.inplace.push(rec);
         true

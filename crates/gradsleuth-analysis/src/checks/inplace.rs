@@ -21,16 +21,22 @@ pub mod saved {
                 if e.op.ends_with(OPTIMIZER_STEP_SUFFIX) {
                     return stepped(ctx, e, &shape);
                 }
+                // No node: autograd saved an input or a leaf itself.
+                let (made, maker) = if e.node.is_empty() {
+                    (" (an input or a leaf)".to_owned(), "the tensor exists (version 0)".to_owned())
+                } else {
+                    (format!(" (the output of {})", e.node), format!("{} creates the tensor (version 0)", e.node))
+                };
                 CHECK.finding(Severity::Error,
                     format!(
-                        "`{}` modifies in place a tensor{shape} that autograd saved for backward (the output of {}), so backward fails.",
-                        e.op, e.node
+                        "`{}` modifies in place a tensor{shape} that autograd saved for backward{made}, so backward fails.",
+                        e.op
                     ),
                 )
                 .at(ctx.locate(e.location.as_ref()))
                 .related(ctx.locate(e.saved_at.as_ref()), "used (and saved for backward) here, before the in-place change")
-                .related(ctx.locate(e.created_at.as_ref()), format!("created here ({})", e.node))
-                .chain([format!("{} creates the tensor (version 0)", e.node), "an op saves it for backward".into(), format!("`{}` bumps its version to {} ✗", e.op, e.version)])
+                .related(ctx.locate(e.created_at.as_ref()), if e.node.is_empty() { "created here".to_owned() } else { format!("created here ({})", e.node) })
+                .chain([maker, "an op saves it for backward".into(), format!("`{}` bumps its version to {} ✗", e.op, e.version)])
                 .fix("Use the out-of-place op (`x = x + 1`, `x = x.relu()`, `torch.where(mask, 0, x)`, `nn.ReLU(inplace=False)`), or `.clone()` before modifying.")
             })
             .collect()
@@ -53,8 +59,9 @@ pub mod saved {
             .finding(
                 Severity::Error,
                 format!(
-                    "`{}` updates {what} in place while a graph that saved it for backward (as the output of {}) has not been backpropagated yet, so that backward fails.",
-                    e.op, e.node
+                    "`{}` updates {what} in place while a graph that saved it for backward{} has not been backpropagated yet, so that backward fails.",
+                    e.op,
+                    if e.node.is_empty() { String::new() } else { format!(" (as the output of {})", e.node) }
                 ),
             )
             .params(names)
@@ -68,6 +75,58 @@ pub mod saved {
             .fix(format!(
                 "Run every backward that goes through this graph before `{call}`'s step changes its parameters (e.g. the generator's loss `backward()` before the discriminator's `step()`), or run the forward again after the step (the discriminator on the generated batch anew). `retain_graph=True` does not help: what the graph saved is stale once the step has run."
             ))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::super::super::testing::*;
+        use super::*;
+
+        fn with_write(op: &str, node: &str, param: Option<u64>) -> Vec<Finding> {
+            let mut s = healthy(1);
+            s.capture.inplace.push(InplaceRec {
+                op: op.into(),
+                location: Some(gradsleuth_model::Location::new("train.py", 21)),
+                node: node.into(),
+                shape: vec![16],
+                version: 1,
+                kind: Category::InplaceSaved,
+                param,
+                ..Default::default()
+            });
+            s.run(&CHECK)
+        }
+
+        #[test]
+        fn an_optimizer_step_is_told_by_the_parameter_it_updated() {
+            let f = with_write("Adam.step()", "AsStrided", Some(10));
+            assert_eq!(f[0].params, vec!["fc.weight"]);
+            assert!(f[0].message.starts_with("`Adam.step()` updates the parameter `fc.weight` in place while a graph that saved it for backward (as the output of AsStrided)"), "{}", f[0].message);
+            // A parameter saved itself (no node made it): no empty node named.
+            let f = with_write("Adam.step()", "", Some(10));
+            assert!(!f[0].message.contains("output of"), "{}", f[0].message);
+            assert!(f[0]
+                .fix
+                .as_deref()
+                .unwrap_or("")
+                .contains("before `Adam`'s step"));
+        }
+
+        #[test]
+        fn a_saved_input_is_not_called_the_output_of_a_node() {
+            let f = with_write("Tensor.mul_", "", None);
+            assert!(
+                f[0].message
+                    .contains("saved for backward (an input or a leaf)"),
+                "{}",
+                f[0].message
+            );
+            assert!(
+                !f[0].chain.iter().any(|c| c.starts_with(' ')),
+                "{:?}",
+                f[0].chain
+            );
+        }
     }
 }
 

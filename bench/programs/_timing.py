@@ -7,7 +7,8 @@ script too). One CPU thread, so that a step's time is not a scheduling lottery.
 `GS_BENCH_OBSERVE=1` measures gradsleuth inside the program's own process, against its own
 plain iterations (this machine's speed differs between processes by more than the effects
 measured, and drifts within one by up to 10% over seconds): iterations 0-14 run plain; then
-three windows of 20 iterations, each starting the tracer `gradsleuth run` uses (its first
+three windows of 20 iterations, each starting the tracer `gradsleuth run` uses (told of the
+program's optimizers, as `gradsleuth run` is when they are made; its first
 iteration op-level, then ten of the hook-only tier, then its hooks removed and the rest of the
 window plain again, "after"), so each window is compared with the plain iterations around it;
 then blocks of 4 iterations alternate plain and under `gradsleuth.watch()` (every optimizer, the
@@ -58,6 +59,11 @@ class _Observer:
             if self.tracer is not None and not self.tracer.done:
                 self.tracer.finish()
             self.tracer = Tracer(Recorder("run", OBSERVED_STEPS), OBSERVED_STEPS).start()
+            # `gradsleuth run` sees the optimizers made (its tracer starts before the script):
+            # told of those that exist, the op-level iteration runs through their steps, as
+            # it does there (not knowing any, it ended at the first backward).
+            for opt in _optimizers():
+                self.tracer.add_optimizer(opt)
             return f"op-level {window}"
         if self.tracer is not None and not self.tracer.done:
             return f"cheap {window}"
@@ -72,6 +78,14 @@ class _Observer:
         elif not on and self.watch is not None and not self.watch.closed:
             self.watch.close()
         return "watch" if on else "unwatched"
+
+
+def _optimizers() -> list:
+    """The program's live torch optimizers (found once per window, outside the timed
+    iterations)."""
+    import gc
+
+    return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]
 
 
 def iterations(n_default: int):

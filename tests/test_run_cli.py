@@ -443,3 +443,36 @@ def test_a_users_function_mode_sees_only_the_users_ops(mode, body, write_script,
     proc = run_gradsleuth("run", *mode, script, cwd=tmp_path)
     got = [line for line in proc.stdout.splitlines() if line.startswith("ops")]
     assert got == want, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+STEP_WITH_MODES = COUNTED.replace(
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    """class Odd(torch.optim.SGD):
+    # A step that counts its own ops with a mode it enters, then runs the model (no closure).
+    def step(self, closure=None):
+        with Counter() as inner:
+            r = super().step()
+        with torch.no_grad():
+            model(torch.randn(2, 4))
+        print("step ops", sorted(inner.ops.items()))
+        return r
+
+opt = Odd(model.parameters(), lr=0.1)""",
+).replace("model = nn.Sequential(", "torch.manual_seed(0)\nmodel = nn.Sequential(").replace(
+    '    print("ops", step, sorted(counter.ops.items()))',
+    '    print("ops", step, sorted(counter.ops.items()), torch._C._len_torch_function_stack())',
+)
+
+
+def test_modes_inside_an_optimizer_step(write_script, tmp_path):
+    """During the op-level step gradsleuth's mode is off the stack while an optimizer steps
+    without a closure: a mode the step enters and a forward it runs see what they see without
+    gradsleuth, the mode stack after each step is as deep, and the weights end the same."""
+    script = write_script(STEP_WITH_MODES + "print('w', model[0].weight.sum().item())\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    want = [ln for ln in plain.stdout.splitlines() if ln.startswith(("ops", "step ops", "w "))]
+    assert len(want) == 9, plain.stdout + plain.stderr
+    for mode in ([], ["--deep"]):
+        proc = run_gradsleuth("run", *mode, script, cwd=tmp_path)
+        got = [ln for ln in proc.stdout.splitlines() if ln.startswith(("ops", "step ops", "w "))]
+        assert got == want, proc.stdout[-3000:] + proc.stderr[-3000:]

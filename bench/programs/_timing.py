@@ -27,6 +27,7 @@ import atexit
 import json
 import os
 import time
+import weakref
 
 import torch
 
@@ -48,6 +49,7 @@ class _Observer:
     def __init__(self):
         self.tracer = None
         self.watch = None
+        self.optimizers: list = []
 
     def before(self, i: int) -> str:
         from gradsleuth._core import Recorder
@@ -55,6 +57,10 @@ class _Observer:
         from gradsleuth._watch import Watch
 
         window = (i - OBSERVE_AT) // WINDOW
+        if i == 0:
+            # Found before the first timed iteration: walking every object of the process
+            # evicts the caches, and the iteration after it would pay for that.
+            self.optimizers = [weakref.ref(o) for o in _optimizers()]
         if i < WATCH_FROM and i >= OBSERVE_AT and (i - OBSERVE_AT) % WINDOW == 0:
             if self.tracer is not None and not self.tracer.done:
                 self.tracer.finish()
@@ -62,7 +68,8 @@ class _Observer:
             # `gradsleuth run` sees the optimizers made (its tracer starts before the script):
             # told of those that exist, the op-level iteration runs through their steps, as
             # it does there (not knowing any, it ended at the first backward).
-            for opt in _optimizers():
+            live = [o for r in self.optimizers if (o := r()) is not None]
+            for opt in live or _optimizers():
                 self.tracer.add_optimizer(opt)
             return f"op-level {window}"
         if self.tracer is not None and not self.tracer.done:

@@ -14,6 +14,7 @@ from .table import render
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.mutate")
     ap.add_argument("--only", help="subjects, comma-separated")
+    ap.add_argument("--operators", help="only these mutation operators, comma-separated")
     ap.add_argument("--sites", type=int, default=SITES_PER_OPERATOR, help="sites per operator and subject")
     ap.add_argument("--sample", type=int, help="only this many mutants (spread over subjects and operators)")
     ap.add_argument("--jobs", type=int, default=2)
@@ -27,7 +28,16 @@ def main(argv=None) -> int:
         if not subjects:
             print(f"no such subject: {a.only}", file=sys.stderr)
             return 2
-    result = evaluate(subjects, per_op=a.sites, jobs=a.jobs, sample=a.sample)
+    operators = None
+    if a.operators:
+        from .operators import OPERATORS
+
+        operators = set(a.operators.split(","))
+        unknown = sorted(operators - set(OPERATORS))
+        if unknown:
+            print(f"no such operator: {', '.join(unknown)} (known: {', '.join(OPERATORS)})", file=sys.stderr)
+            return 2
+    result = evaluate(subjects, per_op=a.sites, jobs=a.jobs, sample=a.sample, operators=operators)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -164,7 +164,9 @@ def _gradsleuth_key() -> str:
 
 
 def _write(folder: Path, files: dict, meta: dict):
-    key = _key(json.dumps(files, sort_keys=True), json.dumps(meta, sort_keys=True))
+    # The oracle's own source is part of what its verdict depends on.
+    oracle_src = (Path(__file__).parent / "oracle.py").read_bytes()
+    key = _key(json.dumps(files, sort_keys=True), json.dumps(meta, sort_keys=True), oracle_src)
     stamp = folder / "key.txt"
     if stamp.exists() and stamp.read_text() == key:
         return False
@@ -255,9 +257,10 @@ def code_sites_for(tree, covered, fname):
     return sites
 
 
-def build(subjects, per_op, jobs, sample=None):
+def build(subjects, per_op, jobs, sample=None, operators=None):
     """Originals and their mutants, with the oracle's verdicts. `sample`: only every k-th
-    mutant (spread evenly over subjects and operators), for the quick check in `make test`."""
+    mutant (spread evenly over subjects and operators), for the quick check in `make test`;
+    `operators`: only these operators' mutants."""
     origs = originals(subjects, jobs)
     tasks = []
     mutants = []
@@ -268,6 +271,8 @@ def build(subjects, per_op, jobs, sample=None):
             continue
         counts = {}
         for m in mutants_of(s, folder, per_op):
+            if operators and m.operator not in operators:
+                continue
             i = counts.get(m.operator, 0)
             counts[m.operator] = i + 1
             made.append((s, m, i))
@@ -421,10 +426,10 @@ def score_lint(meta, findings):
     return {"right": bool(same), "flagged": bool(loud)}
 
 
-def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=False):
+def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=False, operators=None):
     t0 = time.time()
     warm(subjects)
-    origs, mutants = build(subjects, per_op, jobs, sample)
+    origs, mutants = build(subjects, per_op, jobs, sample, operators)
     broken_originals = []
     for s in subjects:
         try:

@@ -54,6 +54,12 @@ OPERATORS = {
         # recording off inside the call; lint cannot tell a REINFORCE draw from this.
         Operator("sample", "no_grad", "code", static=False),
         Operator("detach_inplace", "detach", "code"),
+        # A fresh leaf where the value was (`x.detach().requires_grad_()`, as code that wants
+        # a gradient *at* x writes): x still requires grad, nothing before it gets any.
+        Operator("detach_leaf", "detach", "code"),
+        # A function that runs in the forward or the loss decorated `@torch.no_grad()`: the
+        # whole body is unrecorded, wherever it is called from.
+        Operator("no_grad_decorator", "no_grad", "code"),
         Operator("rewrap", "rewrap", "code"),
         Operator("new_tensor", "rewrap", "code"),
         Operator("tolist", "numpy_roundtrip", "code"),
@@ -65,6 +71,11 @@ OPERATORS = {
         Operator("argmax", "non_differentiable", "code", static=False),
         Operator("int_cast", "non_differentiable", "code", static=False),
         Operator("unused_output", "unused", "code", static=False),
+        # A layer run under reentrant activation checkpointing (`use_reentrant=True`, the
+        # default before torch 2.4) on an input that does not require grad: the checkpoint's
+        # output does not either, and the layer's weights get no gradient (the LoRA /
+        # frozen-embedding trap). Whether the input requires grad is known only at run time.
+        Operator("checkpoint_reentrant", "no_grad", "code", static=False),
         Operator(
             "inplace_saved", "inplace_saved", "code", expect_error=True, static=False, error="modified by an inplace"
         ),
@@ -290,6 +301,16 @@ def apply_code(op: str, source: str, fn, stmt: ast.Assign, file: str, grad_mod: 
         return after(f"{x} = {x}.data")
     if op == "detach_inplace":
         return after(f"{x}.detach_()")
+    if op == "detach_leaf":
+        return after(f"{x} = {x}.detach().requires_grad_()")
+    if op == "no_grad_decorator":
+        # Once per function (at its first assignment site), on the `def` line's own
+        # decorators, innermost.
+        first = next((s for s in _statements(fn.body) if isinstance(s, ast.Assign)), None)
+        if first is not stmt or isinstance(fn, ast.AsyncFunctionDef):
+            return None
+        src, ln = _insert_before(lines, fn, [f"@{T}.no_grad()"])
+        return Mutant(op, o.category, file, src, ln, f"{fn.name}:{fn.lineno}", o.expect_error)
     if op == "rewrap":
         return after(f"{x} = {T}.tensor({x})")
     if op == "new_tensor":
@@ -325,6 +346,19 @@ def apply_code(op: str, source: str, fn, stmt: ast.Assign, file: str, grad_mod: 
         if a is None or a == x:
             return None
         return after(f"{x} = {a}")
+    if op == "checkpoint_reentrant":
+        # `x = self.layer(a)` on an argument of the function (a forward's input: where an
+        # input that does not require grad comes in), one positional argument, no keywords.
+        attr = _is_self_module_call(stmt.value)
+        a = _first_name_arg(stmt.value)
+        call = stmt.value
+        args = {p.arg for p in fn.args.args}
+        if attr is None or a is None or a not in args or len(call.args) != 1 or call.keywords:  # type: ignore[attr-defined]
+            return None
+        new = f"{x} = {T}.utils.checkpoint.checkpoint(self.{attr}, {a}, use_reentrant=True)"
+        if stmt.end_lineno != stmt.lineno:
+            return None
+        return Mutant(op, o.category, file, _replace_stmt(source, stmt, new), [stmt.lineno], site)
     if op == "inplace_saved":
         a = _first_name_arg(stmt.value)
         if a is None or a == x:

@@ -3,8 +3,9 @@
 It shares no code with gradsleuth. Around every `backward()` of the first `steps` optimizer
 steps it asks autograd itself which parameters the loss reaches
 (`torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)`, before the real
-backward), reads `.grad` when the optimizer steps, and compares every parameter before and
-after each step. An exception ends the observation and is recorded with its innermost frame.
+backward; where autograd refuses that, as under reentrant checkpointing, which gradients the
+real backward creates or adds to), reads `.grad` when the optimizer steps, and compares every
+parameter before and after each step. An exception ends the observation and is recorded with its innermost frame.
 
 Per parameter the symptom is one of `ok` (reached, a non-zero gradient at some step, changed
 by some step), `none` (the loss never reached it), `zero` (reached, but the gradient was zero
@@ -88,6 +89,7 @@ class Oracle:
         self.error = None
         self.backwards = 0
         self.facts = {}
+        self.grads_before = None
 
     # -- which parameters exist --------------------------------------------------------
     def collect(self):
@@ -135,6 +137,7 @@ class Oracle:
 
         if self.roots is None:
             self.collect()
+        self.grads_before = None
         if self.step >= self.steps:
             return
         self.backwards += 1
@@ -147,9 +150,20 @@ class Oracle:
                 outs = [t.sum() if t.dim() else t for t in ts]
                 gs = torch.autograd.grad(outs, [p for _, p in want], allow_unused=True, retain_graph=True)
         except RuntimeError:
+            # A graph autograd.grad cannot run (reentrant checkpointing refuses it): what the
+            # real backward accumulates tells instead (a gradient that appears, is replaced or
+            # is added to).
+            self.grads_before = {k: _grad_state(p) for k, p in want}
             return
         for (k, _), g in zip(want, gs):
             if g is not None:
+                self.reached[k] = True
+
+    def after_backward(self):
+        before, self.grads_before = self.grads_before, None
+        for k, state in (before or {}).items():
+            now = _grad_state(self.params[k][1])
+            if now[0] is not None and now != state:
                 self.reached[k] = True
 
     def step_pre(self, opt):
@@ -210,6 +224,11 @@ class Oracle:
         }
 
 
+def _grad_state(p):
+    g = p.grad
+    return (None, None) if g is None else (id(g), g._version)
+
+
 def _tied(model, lin):
     """Parameters other than `lin`'s own that are the same tensor as its weight (tied)."""
     return [p for n, m in model.named_modules() if m is not lin for p in m._parameters.values() if p is lin.weight]
@@ -225,20 +244,28 @@ def _install(oracle):
     def backward(self, *a, **k):
         if not inside[0]:
             oracle.before_backward([self])
+        outer = not inside[0]
         inside[0] = True
         try:
-            return orig_backward(self, *a, **k)
+            out = orig_backward(self, *a, **k)
         finally:
-            inside[0] = False
+            inside[0] = not outer
+        if outer:
+            oracle.after_backward()
+        return out
 
     def autograd_backward(tensors, *a, **k):
         if not inside[0]:
             oracle.before_backward([tensors] if isinstance(tensors, torch.Tensor) else list(tensors))
+        outer = not inside[0]
         inside[0] = True
         try:
-            return orig_autograd_backward(tensors, *a, **k)
+            out = orig_autograd_backward(tensors, *a, **k)
         finally:
-            inside[0] = False
+            inside[0] = not outer
+        if outer:
+            oracle.after_backward()
+        return out
 
     torch.Tensor.backward = backward
     torch.autograd.backward = autograd_backward

@@ -1314,8 +1314,12 @@ class Tracer:
                     # (`args` are step's own, the optimizer first) no forward runs inside, and
                     # its own ops, under no_grad, pass the mode unrecorded.
                     quiet = (args[1] if len(args) > 1 else kwargs.get("closure")) is None
-                    self._stepping = (mode, opt, [(p, p._version) for p in self._opt_params(opt)], quiet)
+                    versions = [(p, p._version) for p in self._opt_params(opt)]
                     mode.passive = quiet
+                    # Off the stack for the step (when on top): an op that passes a passive
+                    # mode still costs a round trip through it (Adam's step took 1.9x as long).
+                    depth = _lift(mode) if quiet else None
+                    self._stepping = (mode, opt, versions, quiet, depth)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"step pre-hook: {type(e).__name__}: {e}")
         return None
@@ -1329,8 +1333,18 @@ class Tracer:
         if stepping is None or (opt is not None and stepping[1] is not opt) or (opt is None and not stepping[3]):
             return
         self._stepping = None
-        mode, opt, versions, _ = stepping
+        by_forward = opt is None
+        mode, opt, versions, _, depth = stepping
         if self._mode is not mode:
+            return
+        if depth is not None and not _put_back(mode, depth):
+            if by_forward:
+                # A forward inside the step, under a mode the step entered: it runs unrecorded
+                # (ours on top would be what that mode's exit pops); the step's end tries again.
+                self._stepping = stepping
+                return
+            self.rec.note("op-level capture: a function mode entered inside an optimizer step stayed on")
+            self._exit_op_mode()
             return
         mode.passive = False
         if self._oplog is not None:
@@ -1884,6 +1898,29 @@ def _setitem_shim(mode):
             base(self, index, value)
 
     return __setitem__
+
+
+def _lift(mode) -> int | None:
+    """Takes `mode` off the function-mode stack when it is on top and not inside an op: the
+    stack's depth without it, for `_put_back`; None when it stays."""
+    C = torch._C
+    try:
+        if mode.inside or not _on_top(mode):
+            return None
+        C._pop_torch_function_stack()
+        return C._len_torch_function_stack()
+    except Exception:  # noqa: BLE001 - a torch without these: the mode stays, passive
+        return None
+
+
+def _put_back(mode, depth: int) -> bool:
+    """Puts a mode `_lift` took off back on top, unless the stack changed meanwhile (a mode
+    entered and left on inside the step): then it stays off (False)."""
+    C = torch._C
+    if C._len_torch_function_stack() != depth:
+        return False
+    C._push_on_torch_function_stack(mode)
+    return True
 
 
 def _take_off(mode) -> None:

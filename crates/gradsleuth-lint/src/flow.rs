@@ -463,6 +463,26 @@ impl<'a> Visitor<'a> for AskedParameters {
     }
 }
 
+/// `X` of `self.X.parameters()` / `self.X.named_parameters()`.
+struct SelfParametersAsked(HashSet<String>);
+
+impl<'a> Visitor<'a> for SelfParametersAsked {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Expr::Attribute(a) = c.func.as_ref() {
+                if let (Some(d), "parameters" | "named_parameters") =
+                    (dotted(&a.value), a.attr.id.as_str())
+                {
+                    if let Some(attr) = d.strip_prefix("self.").filter(|x| !x.contains('.')) {
+                        self.0.insert(attr.to_owned());
+                    }
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
 /// What plain names are given, anywhere in the file: `params = [...]`, `params += [...]`,
 /// `params.extend(...)` / `.append(...)` (an optimizer built from `params` gets those).
 #[derive(Default)]
@@ -673,6 +693,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             })
         });
         let mut stateless = HashMap::new();
+        let mut asked = SelfParametersAsked(HashSet::new());
         for s in &c.body {
             if let Stmt::FunctionDef(f) = s {
                 self.methods
@@ -711,6 +732,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                     collect_stateless(&f.body, &mut stateless);
                     for st in &f.body {
                         called.visit_stmt(st);
+                        asked.visit_stmt(st);
                     }
                 }
             }
@@ -730,6 +752,10 @@ impl<'a, 'c> Flow<'a, 'c> {
                     .into_iter()
                     .filter(|a| stateless.get(a) == Some(&false)),
             );
+            // A model handed in and kept (`self.model = model`, in a LightningModule or a
+            // wrapper around it): known by its parameters being asked for
+            // (`self.model.parameters()` in `configure_optimizers`), which no function has.
+            attrs.extend(asked.0.into_iter().filter(|a| !stateless.contains_key(a)));
             if c.arguments.as_ref().is_some_and(|a| {
                 a.args.iter().any(|b| {
                     dotted(b).is_some_and(|n| {

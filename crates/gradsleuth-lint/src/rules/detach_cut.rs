@@ -64,6 +64,21 @@ mod tests {
     }
 
     #[test]
+    fn flags_a_detach_of_a_model_handed_to_a_lightning_module() {
+        // `LitModel(model)` keeps the model it is given (no call builds it in `__init__`):
+        // `self.model.parameters()` in configure_optimizers says it is one; the cut is in a
+        // helper the training step passes it to.
+        let lit = "import lightning as L\nimport torch\nimport torch.nn.functional as F\n\ndef compute_loss(model, batch):\n    images, labels = batch\n    logits = model(images)\n    logits = logits.detach()\n    return F.cross_entropy(logits, labels)\n\nclass Lit(L.LightningModule):\n    def __init__(self, model):\n        super().__init__()\n        self.model = model\n\n    def training_step(self, batch, i):\n        return compute_loss(self.model, batch)\n\n    def configure_optimizers(self):\n        return torch.optim.AdamW(self.model.parameters())\n";
+        assert_eq!(codes(lit), vec![("GS316".into(), 8)]);
+        // Correct: quiet.
+        assert!(codes(&lit.replace("    logits = logits.detach()\n", "")).is_empty());
+        // A teacher handed in and frozen through its parameters, its output detached: the
+        // student trains.
+        let kd = "import lightning as L\nimport torch\nimport torch.nn.functional as F\n\nclass Distill(L.LightningModule):\n    def __init__(self, student, teacher):\n        super().__init__()\n        self.student = student\n        self.teacher = teacher\n        for p in self.teacher.parameters():\n            p.requires_grad = False\n\n    def training_step(self, batch, i):\n        t = self.teacher(batch).detach()\n        return F.mse_loss(self.student(batch), t)\n\n    def configure_optimizers(self):\n        return torch.optim.AdamW(self.student.parameters())\n";
+        assert!(codes(kd).is_empty());
+    }
+
+    #[test]
     fn only_the_loss_of_a_training_step_dict_counts() {
         // `{"loss": ..., "z": ...}`: the live `z` beside the loss does not train the encoder.
         let src = format!("{LIT}    def training_step(self, batch, i):\n        z = self.encoder(batch)\n        loss = ((self.decoder(z.detach()) - batch) ** 2).mean()\n        return {{\"loss\": loss, \"z\": z}}\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.parameters())\n");

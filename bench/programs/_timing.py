@@ -88,8 +88,8 @@ class _Observer:
 
 
 def _optimizers() -> list:
-    """The program's live torch optimizers (found once per window, outside the timed
-    iterations)."""
+    """The program's live torch optimizers (found before the first iteration, and again at a
+    window only if none was alive then; never inside a timed iteration)."""
     import gc
 
     return [o for o in gc.get_objects() if isinstance(o, torch.optim.Optimizer)]

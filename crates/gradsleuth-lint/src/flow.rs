@@ -428,6 +428,10 @@ pub struct Flow<'a, 'c> {
     /// (`self.classifier = ElectraClassificationHead(config)`): calling it runs that
     /// class's `forward`, whose cuts of its inputs apply to what the caller passes.
     sub_classes: HashMap<(String, String), String>,
+    /// (class, attribute) -> the `__init__` parameter (name, position after `self`) it is
+    /// built by calling (`self.downsample = downsample(dim)`): the class passed there, where
+    /// the file constructs the class, is what `sub_classes` gets.
+    ctor_args: HashMap<(String, String), (String, usize)>,
     /// `self.X` a class freezes itself (`self.esm.requires_grad_(False)`, a loop setting
     /// `requires_grad = False` over `self.X.parameters()`): a cut of it is deliberate.
     frozen: HashSet<String>,
@@ -460,6 +464,79 @@ impl<'a> Visitor<'a> for AskedParameters {
             }
         }
         visitor::walk_expr(self, e);
+    }
+}
+
+/// `self.X = P(...)` anywhere in a constructor (under an `if` too), `P` one of its parameters:
+/// (X, P).
+struct CtorArgCalls(HashSet<String>, Vec<(String, String)>);
+
+impl<'a> Visitor<'a> for CtorArgCalls {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        if let Stmt::Assign(a) = s {
+            // `P(...)`, or `P(...) if P is not None else None`.
+            let call = match a.value.as_ref() {
+                Expr::If(i) => match (i.body.as_ref(), i.orelse.as_ref()) {
+                    (Expr::Call(c), _) | (_, Expr::Call(c)) => Some(c),
+                    _ => None,
+                },
+                Expr::Call(c) => Some(c),
+                _ => None,
+            };
+            if let Some(c) = call {
+                if let Expr::Name(p) = c.func.as_ref() {
+                    if self.0.contains(p.id.as_str()) {
+                        for t in &a.targets {
+                            if let Some(attr) =
+                                dotted(t).and_then(|d| d.strip_prefix("self.").map(str::to_owned))
+                            {
+                                if !attr.contains('.') {
+                                    self.1.push((attr, p.id.to_string()));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+            visitor::walk_stmt(self, s);
+        }
+    }
+}
+
+/// Calls anywhere in the file of the classes named (by the last part of the callee).
+struct ClassCalls<'a>(
+    HashSet<String>,
+    Vec<(String, &'a ruff_python_ast::ExprCall)>,
+);
+
+impl<'a> Visitor<'a> for ClassCalls<'a> {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Call(c) = e {
+            if let Some(d) = dotted(&c.func) {
+                let last = d.rsplit('.').next().unwrap_or(&d).to_owned();
+                if self.0.contains(&last) {
+                    self.1.push((last, c));
+                }
+            }
+        }
+        visitor::walk_expr(self, e);
+    }
+}
+
+/// The class names an argument may be: `A`, `A if cond else B`, `None`.
+fn class_choices(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::If(i) => {
+            class_choices(&i.body, out);
+            class_choices(&i.orelse, out);
+        }
+        Expr::NoneLiteral(_) => out.push("None".to_owned()),
+        _ => match dotted(e) {
+            Some(d) => out.push(d.rsplit('.').next().unwrap_or(&d).to_owned()),
+            None => out.push(String::new()),
+        },
     }
 }
 
@@ -592,6 +669,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             loss_methods: HashSet::new(),
             frozen: HashSet::new(),
             sub_classes: HashMap::new(),
+            ctor_args: HashMap::new(),
         };
         let mut values = NameValues::default();
         for s in &module.body {
@@ -625,6 +703,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 _ => {}
             }
         }
+        flow.resolve_ctor_args(module);
         // A name whose parameters the file asks for is a model, however it was built
         // (`M.BertForTokenClassification(cfg)`, `load_model()`, `AutoModel.from_config(c)`).
         let mut asked = AskedParameters(HashSet::new());
@@ -709,6 +788,17 @@ impl<'a, 'c> Flow<'a, 'c> {
                     }
                 }
                 if is_module && method == "__init__" {
+                    let params = param_names(&f.parameters);
+                    let mut built =
+                        CtorArgCalls(params.iter().skip(1).cloned().collect(), Vec::new());
+                    for st in &f.body {
+                        built.visit_stmt(st);
+                    }
+                    for (attr, p) in built.1 {
+                        if let Some(i) = params.iter().skip(1).position(|q| *q == p) {
+                            self.ctor_args.insert((name.clone(), attr), (p, i));
+                        }
+                    }
                     for st in &f.body {
                         if let Stmt::Assign(a) = st {
                             let built = dotted_callee(&a.value)
@@ -773,6 +863,65 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
             attrs.retain(|a| !stateless.get(a).copied().unwrap_or(false));
             self.class_attrs.insert(name, attrs);
+        }
+    }
+
+    /// Classes handed to a constructor that builds a submodule by calling what it is given
+    /// (Swin's `SwinStage(..., downsample=SwinPatchMerging if last else None)`): where every
+    /// construction in the file passes the same class of this file, calling the attribute
+    /// runs that class's `forward`.
+    fn resolve_ctor_args(&mut self, module: &'a ModModule) {
+        if self.ctor_args.is_empty() {
+            return;
+        }
+        let classes: HashSet<String> = self.ctor_args.keys().map(|(c, _)| c.clone()).collect();
+        let mut calls = ClassCalls(classes, Vec::new());
+        for s in &module.body {
+            calls.visit_stmt(s);
+        }
+        let entries: Vec<((String, String), (String, usize))> = self
+            .ctor_args
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for ((class, attr), (param, index)) in entries {
+            let mut found: HashSet<String> = HashSet::new();
+            let mut unknown = false;
+            for (callee, c) in &calls.1 {
+                if callee != &class {
+                    continue;
+                }
+                let arg = c
+                    .arguments
+                    .keywords
+                    .iter()
+                    .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == param))
+                    .map(|k| &k.value)
+                    .or_else(|| c.arguments.args.get(index));
+                let Some(arg) = arg else { continue };
+                let mut names = Vec::new();
+                class_choices(arg, &mut names);
+                for n in names {
+                    if self
+                        .methods
+                        .contains_key(&(n.clone(), "forward".to_owned()))
+                    {
+                        found.insert(n);
+                    } else if n != "None" {
+                        unknown = true;
+                    }
+                }
+            }
+            // (`__init__`'s own pass took the parameter's name for a class: replaced.)
+            let key = (class, attr);
+            let known = self.sub_classes.get(&key).is_some_and(|c| {
+                self.methods
+                    .contains_key(&(c.clone(), "forward".to_owned()))
+            });
+            if found.len() == 1 && !unknown && !known {
+                let sub = found.into_iter().next().unwrap_or_default();
+                self.sub_classes.insert(key, sub);
+            }
         }
     }
 

@@ -79,6 +79,33 @@ mod tests {
     }
 
     #[test]
+    fn flags_a_detach_in_a_class_handed_to_a_constructor() {
+        // Swin's `SwinStage(..., downsample=SwinPatchMerging if i < last else None)` builds
+        // `self.downsample = downsample(dim=dim)`: calling it runs the class passed, whose
+        // cut of its input cuts the stage's block before it.
+        let src = "import torch\nimport torch.nn as nn\n\nclass Merge(nn.Module):\n    def __init__(self, dim):\n        super().__init__()\n        self.reduction = nn.Linear(4 * dim, 2 * dim)\n\n    def forward(self, x):\n        x = torch.cat([x, x, x, x], dim=-1)\n        x = x.detach()\n        return self.reduction(x)\n\nclass Stage(nn.Module):\n    def __init__(self, dim, downsample):\n        super().__init__()\n        self.block = nn.Linear(dim, dim)\n        self.downsample = downsample(dim=dim) if downsample is not None else None\n\n    def forward(self, x):\n        x = self.block(x)\n        if self.downsample is not None:\n            x = self.downsample(x)\n        return x\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.stages = nn.ModuleList([Stage(4, downsample=Merge if i == 0 else None) for i in range(2)])\n\n    def forward(self, x):\n        for s in self.stages:\n            x = s(x)\n        return x\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 11)]);
+        assert!(codes(&src.replace("        x = x.detach()\n", "")).is_empty());
+        // Built by a plain call of what is passed, positionally.
+        let plain = src
+            .replace(
+                "downsample(dim=dim) if downsample is not None else None",
+                "downsample(dim)",
+            )
+            .replace(
+                "Stage(4, downsample=Merge if i == 0 else None)",
+                "Stage(4, Merge)",
+            );
+        assert_eq!(codes(&plain), vec![("GS316".into(), 11)]);
+        // Two different classes passed: which one runs is not known, nothing is assumed.
+        let two = src.replace(
+            "Merge if i == 0 else None",
+            "Merge if i == 0 else nn.Identity",
+        );
+        assert!(codes(&two).is_empty());
+    }
+
+    #[test]
     fn only_the_loss_of_a_training_step_dict_counts() {
         // `{"loss": ..., "z": ...}`: the live `z` beside the loss does not train the encoder.
         let src = format!("{LIT}    def training_step(self, batch, i):\n        z = self.encoder(batch)\n        loss = ((self.decoder(z.detach()) - batch) ** 2).mean()\n        return {{\"loss\": loss, \"z\": z}}\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.parameters())\n");

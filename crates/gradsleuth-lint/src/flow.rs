@@ -448,17 +448,32 @@ impl<'a> Visitor<'a> for Dotted {
     }
 }
 
-struct AskedParameters(HashSet<String>);
+/// Whose parameters are asked for (`X.parameters()` / `X.named_parameters()`): plain names
+/// (`model`), and the attributes `X` of `self.X.parameters()`.
+#[derive(Default)]
+struct AskedParameters {
+    names: HashSet<String>,
+    self_attrs: HashSet<String>,
+}
 
 impl<'a> Visitor<'a> for AskedParameters {
     fn visit_expr(&mut self, e: &'a Expr) {
         if let Expr::Call(c) = e {
             if let Expr::Attribute(a) = c.func.as_ref() {
-                if let (Expr::Name(n), "parameters" | "named_parameters") =
-                    (a.value.as_ref(), a.attr.id.as_str())
-                {
-                    if n.id.as_str() != "self" {
-                        self.0.insert(n.id.to_string());
+                if matches!(a.attr.id.as_str(), "parameters" | "named_parameters") {
+                    match a.value.as_ref() {
+                        Expr::Name(n) if n.id.as_str() != "self" => {
+                            self.names.insert(n.id.to_string());
+                        }
+                        v => {
+                            if let Some(attr) = dotted(v)
+                                .as_deref()
+                                .and_then(|d| d.strip_prefix("self."))
+                                .filter(|x| !x.contains('.'))
+                            {
+                                self.self_attrs.insert(attr.to_owned());
+                            }
+                        }
                     }
                 }
             }
@@ -537,26 +552,6 @@ fn class_choices(e: &Expr, out: &mut Vec<String>) {
             Some(d) => out.push(d.rsplit('.').next().unwrap_or(&d).to_owned()),
             None => out.push(String::new()),
         },
-    }
-}
-
-/// `X` of `self.X.parameters()` / `self.X.named_parameters()`.
-struct SelfParametersAsked(HashSet<String>);
-
-impl<'a> Visitor<'a> for SelfParametersAsked {
-    fn visit_expr(&mut self, e: &'a Expr) {
-        if let Expr::Call(c) = e {
-            if let Expr::Attribute(a) = c.func.as_ref() {
-                if let (Some(d), "parameters" | "named_parameters") =
-                    (dotted(&a.value), a.attr.id.as_str())
-                {
-                    if let Some(attr) = d.strip_prefix("self.").filter(|x| !x.contains('.')) {
-                        self.0.insert(attr.to_owned());
-                    }
-                }
-            }
-        }
-        visitor::walk_expr(self, e);
     }
 }
 
@@ -706,11 +701,11 @@ impl<'a, 'c> Flow<'a, 'c> {
         flow.resolve_ctor_args(module);
         // A name whose parameters the file asks for is a model, however it was built
         // (`M.BertForTokenClassification(cfg)`, `load_model()`, `AutoModel.from_config(c)`).
-        let mut asked = AskedParameters(HashSet::new());
+        let mut asked = AskedParameters::default();
         for s in &module.body {
             asked.visit_stmt(s);
         }
-        flow.module_vars.extend(asked.0);
+        flow.module_vars.extend(asked.names);
         let mut top = Frame {
             env: HashMap::new(),
             class: None,
@@ -772,7 +767,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             })
         });
         let mut stateless = HashMap::new();
-        let mut asked = SelfParametersAsked(HashSet::new());
+        let mut asked = AskedParameters::default();
         for s in &c.body {
             if let Stmt::FunctionDef(f) = s {
                 self.methods
@@ -845,7 +840,12 @@ impl<'a, 'c> Flow<'a, 'c> {
             // A model handed in and kept (`self.model = model`, in a LightningModule or a
             // wrapper around it): known by its parameters being asked for
             // (`self.model.parameters()` in `configure_optimizers`), which no function has.
-            attrs.extend(asked.0.into_iter().filter(|a| !stateless.contains_key(a)));
+            attrs.extend(
+                asked
+                    .self_attrs
+                    .into_iter()
+                    .filter(|a| !stateless.contains_key(a)),
+            );
             if c.arguments.as_ref().is_some_and(|a| {
                 a.args.iter().any(|b| {
                     dotted(b).is_some_and(|n| {

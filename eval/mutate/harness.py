@@ -163,10 +163,12 @@ def _gradsleuth_key() -> str:
     return h.hexdigest()[:16]
 
 
+# The oracle's own source is part of what its verdicts depend on (read once per process).
+_ORACLE_SRC = (Path(__file__).parent / "oracle.py").read_bytes()
+
+
 def _write(folder: Path, files: dict, meta: dict):
-    # The oracle's own source is part of what its verdict depends on.
-    oracle_src = (Path(__file__).parent / "oracle.py").read_bytes()
-    key = _key(json.dumps(files, sort_keys=True), json.dumps(meta, sort_keys=True), oracle_src)
+    key = _key(json.dumps(files, sort_keys=True), json.dumps(meta, sort_keys=True), _ORACLE_SRC)
     stamp = folder / "key.txt"
     if stamp.exists() and stamp.read_text() == key:
         return False
@@ -393,6 +395,23 @@ def _at(finding, file, lines):
     return False
 
 
+# Wrappers whose path gradsleuth names parameters through, as the wrapped model names them
+# (PEFT's `PeftModel`: `base_model.model.layers.0...` is the base model's `layers.0...`); the
+# oracle names them from the script's own object.
+_WRAPPER_PATHS = ("base_model.model.",)
+
+
+def _as_user_names(names) -> set:
+    out = set()
+    for n in names:
+        for p in _WRAPPER_PATHS:
+            if n.startswith(p):
+                n = n[len(p) :]
+                break
+        out.add(n)
+    return out
+
+
 def score_run(meta, tru, findings):
     if findings is None:
         return {"flagged": False, "category": False, "params": False, "line": False, "right": False, "no_report": True}
@@ -404,8 +423,8 @@ def score_run(meta, tru, findings):
         got = set()
         for f in same:
             got |= set(f.get("params") or [])
-        want = set(tru["params"])
-        params_ok = bool(same) and want <= got <= want | set(tru.get("already") or [])
+        want = _as_user_names(tru["params"])
+        params_ok = bool(same) and want <= got <= want | _as_user_names(tru.get("already") or [])
     line_ok = any(_at(f, meta["file"], lines) for f in same)
     r = {
         "flagged": bool(loud),

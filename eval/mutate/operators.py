@@ -355,9 +355,9 @@ def apply_code(op: str, source: str, fn, stmt: ast.Assign, file: str, grad_mod: 
         args = {p.arg for p in fn.args.args}
         if attr is None or a is None or a not in args or len(call.args) != 1 or call.keywords:  # type: ignore[attr-defined]
             return None
-        new = f"{x} = {T}.utils.checkpoint.checkpoint(self.{attr}, {a}, use_reentrant=True)"
         if stmt.end_lineno != stmt.lineno:
             return None
+        new = f"{x} = {T}.utils.checkpoint.checkpoint(self.{attr}, {a}, use_reentrant=True)"
         return Mutant(op, o.category, file, _replace_stmt(source, stmt, new), [stmt.lineno], site)
     if op == "inplace_saved":
         a = _first_name_arg(stmt.value)

@@ -20,6 +20,10 @@ class Subject:
     build: str  # code defining `model` (M is the loaded target module)
     data: str  # code defining make_batch(step) and compute_loss(model, batch)
     loop: str = "plain"
+    # The package's other modules imported names from the target before the copy was loaded
+    # (`from .layer import Linear, dispatch_default` in PEFT's `lora/model.py`): rebind them to
+    # the copy's, so the package builds its layers from the mutated code.
+    rebind: bool = False
 
 
 _TOKENS = '''
@@ -609,6 +613,35 @@ SUBJECTS = [
         "use_rel_pos_bias=True)\n",
         _IMAGE,
     ),
+    # PEFT's LoRA layers (the mutated code) on a library model, the base frozen by
+    # `get_peft_model`; the optimizer gets every parameter, as PEFT's own examples do.
+    Subject(
+        "peft_llama_lora",
+        "peft",
+        "peft.tuners.lora.layer",
+        _LLAMA.replace("model = M.", "from transformers import LlamaForCausalLM\nmodel = ")
+        + "from peft import LoraConfig, get_peft_model\n"
+        + "model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=['q_proj', 'v_proj'], "
+        + "lora_dropout=0.05))\n",
+        _LM,
+        rebind=True,
+    ),
+    # A classifier trained with LoRA on every linear layer, the new head saved by PEFT
+    # (`task_type`), only the trainable parameters given to the optimizer.
+    Subject(
+        "peft_bert_lora",
+        "peft",
+        "peft.tuners.lora.layer",
+        "from transformers import BertConfig, BertForSequenceClassification\n"
+        "model = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, "
+        "intermediate_size=64, vocab_size=100, max_position_embeddings=32, num_labels=3))\n"
+        + "from peft import LoraConfig, get_peft_model\n"
+        + "model = get_peft_model(model, LoraConfig(task_type='SEQ_CLS', r=4, lora_alpha=8, "
+        + "target_modules=['query', 'value', 'dense']))\n",
+        _TOKENS,
+        "two_optimizers",
+        rebind=True,
+    ),
     Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),
     Subject("nn_encoder", "torch", "torch.nn.modules.transformer", _NN_ENCODER, _SEQ_TOKENS, "amp"),
     Subject("nn_lstm", "torch", "torch.nn.modules.rnn", _NN_LSTM, _SEQ_TOKENS),
@@ -800,8 +833,31 @@ def script(subject: Subject, target_file: str | None) -> str:
             "        del registry[key]",
             "    spec = importlib.util.spec_from_file_location(name, path)",
             "    module = importlib.util.module_from_spec(spec)",
+        ]
+        if subject.rebind:
+            head += ["    original = sys.modules.get(name)"]
+        head += [
             "    sys.modules[name] = module",
             "    spec.loader.exec_module(module)",
+        ]
+        if subject.rebind:
+            head += [
+                "    # The package's modules that imported the original's classes and functions use the copy's.",
+                "    copies = {id(v): getattr(module, k) for k, v in vars(original).items()",
+                "              if callable(v) and getattr(v, '__module__', None) == name and hasattr(module, k)}",
+                "    top = name.split('.')[0] + '.'",
+                "    for mname, m in list(sys.modules.items()):",
+                "        if m is None or m is module or m is original or not mname.startswith(top):",
+                "            continue",
+                "        for k, v in list(vars(m).items()):",
+                "            if id(v) in copies:",
+                "                setattr(m, k, copies[id(v)])",
+                "            elif isinstance(v, type) and getattr(v, '__module__', '').startswith(top):",
+                "                for ck, cv in list(vars(v).items()):",
+                "                    if id(cv) in copies:",
+                "                        setattr(v, ck, copies[id(cv)])",
+            ]
+        head += [
             "    return module",
             "",
             "",

@@ -644,6 +644,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 self.replacing = replacing;
                 self.held = held;
                 rules::inplace_saved::check(self, f);
+                rules::data_attr::check(self, f);
                 rules::stale_graph::check_block(self, &f.body);
                 let lists = rules::unregistered::local_module_lists(self, &f.body);
                 self.module_lists.push(lists);
@@ -688,16 +689,12 @@ impl<'a> Visitor<'a> for Checker<'a> {
     }
 
     fn visit_expr(&mut self, expr: &'a Expr) {
-        match expr {
-            Expr::Call(_) => {
-                rules::recreated_module::check(self, expr);
-                rules::buffer_not_param::check(self, expr);
-                rules::loss_rewrap::check(self, expr);
-                rules::grad_clip_zero::check(self, expr);
-                rules::hook_zeroes_grad::check(self, expr);
-            }
-            Expr::Attribute(_) => rules::data_attr::check(self, expr),
-            _ => {}
+        if let Expr::Call(_) = expr {
+            rules::recreated_module::check(self, expr);
+            rules::buffer_not_param::check(self, expr);
+            rules::loss_rewrap::check(self, expr);
+            rules::grad_clip_zero::check(self, expr);
+            rules::hook_zeroes_grad::check(self, expr);
         }
         visitor::walk_expr(self, expr);
     }

@@ -165,12 +165,60 @@ impl SourceCache {
             let l = strip_comment(l).trim_end();
             l.ends_with("= None") || l.ends_with("=None")
         };
-        let line = self
-            .find_in_block(file, class_first, |l| {
-                assigns_attr(l, attr) && !placeholder(l)
-            })
-            .or_else(|| self.find_in_block(file, class_first, |l| assigns_attr(l, attr)))?;
+        // The class itself, then its base classes defined in the same file (a mixin's
+        // `__init__`: PEFT's `LoraLayer` filling `self.lora_A` for `class Linear(nn.Module,
+        // LoraLayer)`), nearest first.
+        let mut classes = vec![class_first];
+        let mut i = 0;
+        while i < classes.len() && classes.len() < 8 {
+            for base in self.base_classes(file, classes[i]) {
+                if !classes.contains(&base) {
+                    classes.push(base);
+                }
+            }
+            i += 1;
+        }
+        let line = classes.iter().find_map(|&c| {
+            self.find_in_block(file, c, |l| assigns_attr(l, attr) && !placeholder(l))
+        });
+        let line = line.or_else(|| {
+            classes
+                .iter()
+                .find_map(|&c| self.find_in_block(file, c, |l| assigns_attr(l, attr)))
+        })?;
         Some(self.location(file, line))
+    }
+
+    /// The first lines of the base classes (defined in the same file, at the top level) of the
+    /// class whose header is at `class_first`.
+    fn base_classes(&mut self, file: &str, class_first: u32) -> Vec<u32> {
+        let Some(header) = self.statement(file, class_first) else {
+            return Vec::new();
+        };
+        let Some(open) = header.find('(') else {
+            return Vec::new();
+        };
+        let close = header.rfind(')').unwrap_or(header.len());
+        let names: Vec<String> = header[open + 1..close.max(open + 1)]
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.contains('=') && !b.is_empty())
+            .map(|b| b.rsplit('.').next().unwrap_or(b).to_owned())
+            .collect();
+        let Some(lines) = self.lines(file) else {
+            return Vec::new();
+        };
+        names
+            .iter()
+            .filter_map(|n| {
+                let head = format!("class {n}");
+                lines.iter().position(|l| {
+                    l.strip_prefix(&head)
+                        .is_some_and(|rest| rest.starts_with('(') || rest.starts_with(':'))
+                })
+            })
+            .map(|i| i as u32 + 1)
+            .collect()
     }
 
     /// The line that disabled gradient recording around `line`: `line` itself, or going up
@@ -798,6 +846,15 @@ mod tests {
         assert!(c.attribute_assignment(&p, 3, "head").is_none());
         let loc = c.attribute_assignment(&p, 3, "heads_count").unwrap();
         assert_eq!((loc.line, loc.column), (7, Some(9)));
+    }
+
+    #[test]
+    fn an_attribute_a_base_class_of_the_file_assigns() {
+        let (_d, p) = file("class LoraLayer(BaseTunerLayer):\n    def __init__(self, base):\n        self.base_layer = base\n        self.lora_A = dict({})\n\n\nclass Linear(\n    nn.Module,\n    LoraLayer,\n):\n    def __init__(self, base):\n        super().__init__()\n        LoraLayer.__init__(self, base)\n        self.fan_in = False\n");
+        let mut c = SourceCache::new();
+        assert_eq!(c.attribute_assignment(&p, 7, "fan_in").unwrap().line, 14);
+        assert_eq!(c.attribute_assignment(&p, 7, "lora_A").unwrap().line, 4);
+        assert!(c.attribute_assignment(&p, 7, "lora_B").is_none());
     }
 
     #[test]

@@ -26,25 +26,53 @@ fn run(ctx: &Context) -> Vec<Finding> {
     }
     let trainable = trainable_params(ctx).count();
     let any_optimizer = !ctx.capture.optimizers.is_empty();
-    // Held by an optimizer (a warning) or not (deliberate), one finding each.
+    // Held by an optimizer (a warning: the optimizer says they should train) or not
+    // (deliberate), one finding each. A freeze an installed library made as its design
+    // (PEFT's `get_peft_model` freezing the base, a `freeze_feature_encoder()`), not undone
+    // by the script, is deliberate even when the optimizer was given every parameter
+    // (`AdamW(model.parameters())`, as PEFT's own examples do): torch's optimizers skip a
+    // parameter that never gets a gradient, so holding it costs nothing.
+    let by_library = |k: u64| {
+        ctx.facts
+            .rec(k)
+            .and_then(|t| t.library_freeze.as_ref())
+            .is_some_and(|f| f.unfrozen_at.is_none())
+    };
     let (held, free): (Vec<u64>, Vec<u64>) = frozen
         .iter()
         .partition(|k| ctx.facts.get(**k).is_some_and(|f| !f.optimizers.is_empty()));
+    let (held_by_library, held): (Vec<u64>, Vec<u64>) =
+        held.into_iter().partition(|k| by_library(*k));
     let mut out = Vec::new();
     // Freshly initialised parameters frozen while the layers below them train: judged by
     // intent, not deliberate freezing.
-    let (fresh, free) = if trainable > 0 {
-        fresh_over_trained(ctx, &free)
-    } else {
-        (Fresh::default(), free)
+    let split = |keys: Vec<u64>| {
+        if trainable > 0 {
+            fresh_over_trained(ctx, &keys)
+        } else {
+            (Fresh::default(), keys)
+        }
     };
+    let (mut fresh, free) = split(free);
+    let (fresh_held, held_by_library) = split(held_by_library);
+    fresh.params.extend(fresh_held.params);
+    for p in fresh_held.below {
+        if !fresh.below.contains(&p) {
+            fresh.below.push(p);
+        }
+    }
     if !fresh.params.is_empty() {
         out.push(fresh_finding(ctx, &fresh));
     }
-    for (keys, is_held) in [(held, true), (free, false)] {
+    for (keys, group) in [
+        (held, Group::Held),
+        (held_by_library, Group::HeldByLibrary),
+        (free, Group::Free),
+    ] {
         if keys.is_empty() {
             continue;
         }
+        let is_held = group == Group::Held;
         let Described {
             what,
             modules,
@@ -100,23 +128,36 @@ fn run(ctx: &Context) -> Vec<Finding> {
             CHECK
                 .finding(
                     Severity::Warning,
-                    format!("{what} {are} frozen and left out of the optimizer.{also}"),
+                    format!(
+                        "{what} {are} frozen{}.{also}",
+                        if group == Group::Free {
+                            " and left out of the optimizer"
+                        } else {
+                            ""
+                        }
+                    ),
                 )
                 .at(froze.or(loc))
                 .fix("Unfreeze the zero-initialised layer (or initialise it with non-zero weights) if the layers before it should train.")
         } else {
+            let how = match group {
+                Group::HeldByLibrary => {
+                    let package = keys
+                        .iter()
+                        .find_map(|k| ctx.facts.rec(*k)?.library_freeze.as_ref())
+                        .map_or("a library", |f| f.package.as_str());
+                    format!("frozen by {package} (deliberate freezing); the optimizer holds them too, which costs nothing: a parameter without a gradient is skipped at each step")
+                }
+                _ => "frozen and left out of the optimizer (deliberate freezing)".to_owned(),
+            };
             CHECK
                 .finding(
                     Severity::Info,
                     match trained_summary(ctx).filter(|_| modules.len() > 4) {
                         // A large frozen base (a backbone, a model with adapters): what
                         // trains says more than the list of what does not.
-                        Some(trains) => format!(
-                            "{what} {are} frozen and left out of the optimizer (deliberate freezing); what trains: {trains}."
-                        ),
-                        None => format!(
-                            "{what} {are} frozen and left out of the optimizer (deliberate freezing)."
-                        ),
+                        Some(trains) => format!("{what} {are} {how}; what trains: {trains}."),
+                        None => format!("{what} {are} {how}."),
                     },
                 )
                 .at(froze.or(loc))
@@ -124,6 +165,17 @@ fn run(ctx: &Context) -> Vec<Finding> {
         out.push(finding.params(names));
     }
     out
+}
+
+/// Which of GS101's findings a frozen parameter belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    /// Held by an optimizer, frozen by the script (or by nothing seen).
+    Held,
+    /// Held by an optimizer, frozen by an installed library's code as its design.
+    HeldByLibrary,
+    /// Left out of every optimizer.
+    Free,
 }
 
 /// Frozen parameters that were freshly initialised in a model loaded from weights, with
@@ -509,6 +561,50 @@ mod tests {
         let mut s = frozen_head(false);
         s.capture.graph = None;
         info(s);
+    }
+
+    /// The backbone held by the optimizer, frozen by an installed library's code called from
+    /// the script's line 9 (`get_peft_model`), unfrozen again at line 12 or not.
+    fn frozen_by_library(unfrozen: bool) -> Scenario {
+        let mut s = with_backbone(true);
+        for t in &mut s.capture.tensors {
+            if t.name.starts_with("backbone.") {
+                t.frozen_at = Some(gradsleuth_model::Location::new("train.py", 9));
+                t.library_freeze = Some(gradsleuth_model::capture::LibraryFreeze {
+                    package: "peft".into(),
+                    at: Some(gradsleuth_model::Location::new("train.py", 9)),
+                    unfrozen_at: unfrozen.then(|| gradsleuth_model::Location::new("train.py", 12)),
+                });
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn a_library_freeze_the_optimizer_also_holds_is_info() {
+        // PEFT's own examples: `get_peft_model(...)`, then `AdamW(model.parameters())`.
+        let f = frozen_by_library(false).run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].message
+                .contains("frozen by peft (deliberate freezing)"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].message.contains("costs nothing"), "{}", f[0].message);
+        assert_eq!(f[0].location.as_ref().map(|l| l.line), Some(9));
+        // The same freeze held by the optimizer, made by the script's own code: a warning.
+        let mut s = frozen_by_library(false);
+        for t in &mut s.capture.tensors {
+            t.library_freeze = None;
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f[0].severity, Severity::Warning, "{}", f[0].message);
+        // A library's freeze the script undid, and that is frozen again by the time the run
+        // ends: not the library's design any more.
+        let f = frozen_by_library(true).run(&CHECK);
+        assert_eq!(f[0].severity, Severity::Warning, "{}", f[0].message);
     }
 
     #[test]

@@ -58,6 +58,23 @@ fn run(ctx: &Context) -> Vec<Finding> {
             })
             .map(|(t, _)| t.key)
             .collect();
+        // A replacement module's other parameters come with it (a new layer with a bias the
+        // old one lacked): no optimizer holds them either, for the same reason.
+        let modules: Vec<u64> = missing
+            .iter()
+            .filter_map(|k| ctx.facts.rec(*k)?.module)
+            .collect();
+        let mut missing = missing;
+        let more: Vec<u64> = trainable_params(ctx)
+            .filter(|(t, f)| {
+                f.optimizers.is_empty()
+                    && !ctx.is_claimed(t.key)
+                    && !missing.contains(&t.key)
+                    && t.module.is_some_and(|m| modules.contains(&m))
+            })
+            .map(|(t, _)| t.key)
+            .collect();
+        missing.extend(more);
         let loc = ctx.locate(o.created_at.as_ref());
         if missing.is_empty() {
             out.push(
@@ -171,6 +188,8 @@ fn copied_from(ctx: &Context, stale: &[u64], running: &[String]) -> Option<Strin
 mod tests {
     use super::super::testing::*;
     use super::*;
+    use gradsleuth_model::capture::ModuleKind;
+    use gradsleuth_model::Location;
 
     #[test]
     fn replaced_layer_is_named() {
@@ -186,6 +205,28 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
         assert_eq!(f[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn a_replacement_layers_other_parameters_come_with_it() {
+        // Two optimizers (no single one to own everything unheld); the old layer had no bias,
+        // the new one has: the bias, shaped like nothing stale, is part of the replacement.
+        let mut s = healthy(2);
+        s.module(3, "Linear", "head", Some(1), ModuleKind::Registered, 2);
+        s.param(40, "head.weight", 3);
+        s.optimizer(101, &[40], Some(Location::new("train.py", 31)));
+        s.capture.optimizers[0].params = vec![30];
+        s.tensor(30, "<optimizer>", 1, TensorKind::Foreign);
+        s.param(11, "fc.bias", 2).shape = vec![4];
+        s.capture
+            .tensors
+            .retain(|t| !(t.key == 11 && t.shape == vec![4, 4]));
+        for st in &mut s.capture.steps {
+            st.grad_norms.clear();
+        }
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
     }
 
     #[test]

@@ -11,8 +11,9 @@ use crate::checker::{disables_grad, dotted, Checker};
 
 pub const RULE: Rule = Rule { code: "GS320" };
 
-/// In-place methods that do not change values.
-const SAFE: &[&str] = &["requires_grad_", "share_memory_", "retain_grad_"];
+/// In-place methods that do not change values (`detach_` on a leaf only turns its
+/// `requires_grad` off: timm's re-parameterisation detaches the branches it drops).
+const SAFE: &[&str] = &["requires_grad_", "share_memory_", "retain_grad_", "detach_"];
 
 fn is_inplace_method(name: &str) -> bool {
     name.ends_with('_') && !name.starts_with('_') && !SAFE.contains(&name)
@@ -27,10 +28,14 @@ fn is_parameter(e: &Expr, loop_params: &[String]) -> bool {
     }
 }
 
-/// Names of functions called (or passed, as to `model.apply`) where grad recording is off.
+/// Names of functions called (or passed, as to `model.apply`) where grad recording is off,
+/// and where it is on.
 struct CalledUnderNoGrad {
     depth: u32,
     names: HashSet<String>,
+    with_grad: HashSet<String>,
+    /// Enclosing functions: a function calling itself runs where its first caller decides.
+    within: Vec<String>,
 }
 
 impl<'a> Visitor<'a> for CalledUnderNoGrad {
@@ -48,19 +53,23 @@ impl<'a> Visitor<'a> for CalledUnderNoGrad {
                         .iter()
                         .any(|d| disables_grad(&d.expression)),
                 );
+                self.within.push(f.name.id.to_string());
                 visitor::walk_stmt(self, s);
+                self.within.pop();
                 self.depth = saved;
             }
             _ => visitor::walk_stmt(self, s),
         }
     }
     fn visit_expr(&mut self, e: &'a Expr) {
-        if self.depth > 0 {
-            if let Expr::Call(c) = e {
-                for callee in std::iter::once(c.func.as_ref()).chain(c.arguments.args.iter()) {
-                    if let Some(n) = dotted(callee) {
-                        self.names
-                            .insert(n.rsplit('.').next().unwrap_or(&n).to_owned());
+        if let Expr::Call(c) = e {
+            for callee in std::iter::once(c.func.as_ref()).chain(c.arguments.args.iter()) {
+                if let Some(n) = dotted(callee) {
+                    let name = n.rsplit('.').next().unwrap_or(&n).to_owned();
+                    if self.depth > 0 {
+                        self.names.insert(name);
+                    } else if !self.within.contains(&name) {
+                        self.with_grad.insert(name);
                     }
                 }
             }
@@ -71,6 +80,10 @@ impl<'a> Visitor<'a> for CalledUnderNoGrad {
 
 struct Finder<'n> {
     exempt: &'n HashSet<String>,
+    /// Functions this file calls (or passes) with gradient recording on. A function it never
+    /// calls runs where its callers decide (a library's `convert_model`, called under
+    /// `torch.no_grad()` by another file): whether PyTorch raises is unknown here.
+    called: &'n HashSet<String>,
     no_grad: u32,
     loop_params: Vec<String>,
     hits: Vec<TextRange>,
@@ -102,7 +115,8 @@ impl<'a> Visitor<'a> for Finder<'_> {
                     .decorator_list
                     .iter()
                     .any(|d| disables_grad(&d.expression))
-                    || self.exempt.contains(f.name.id.as_str());
+                    || self.exempt.contains(f.name.id.as_str())
+                    || !self.called.contains(f.name.id.as_str());
                 let saved = (self.no_grad, std::mem::take(&mut self.loop_params));
                 self.no_grad = u32::from(off);
                 visitor::walk_stmt(self, s);
@@ -160,12 +174,15 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
     let mut called = CalledUnderNoGrad {
         depth: 0,
         names: HashSet::new(),
+        with_grad: HashSet::new(),
+        within: Vec::new(),
     };
     for s in &module.body {
         called.visit_stmt(s);
     }
     let mut finder = Finder {
         exempt: &called.names,
+        called: &called.with_grad,
         no_grad: 0,
         loop_params: Vec::new(),
         hits: Vec::new(),
@@ -197,6 +214,17 @@ mod tests {
     fn flags_manual_sgd_without_no_grad() {
         let src = "for x, y in data:\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n    for p in model.parameters():\n        p -= 0.1 * p.grad\n";
         assert_eq!(codes(src), vec![("GS320".into(), 5)]);
+    }
+
+    #[test]
+    fn a_function_the_file_never_calls_is_judged_by_its_callers() {
+        // accelerate's `convert_model`, called under `torch.no_grad()` from another file;
+        // timm's re-parameterisation detaching the branches it drops.
+        let src = "def convert_model(model):\n    te = Linear(4, 4)\n    te.weight.copy_(model.weight)\n    for child in model.children():\n        convert_model(child)\n\nclass B(nn.Module):\n    def reparameterize(self):\n        for p in self.parameters():\n            p.detach_()\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // Called in the file with gradient recording on: PyTorch raises.
+        let called = format!("{src}\nconvert_model(net)\n");
+        assert_eq!(codes(&called), vec![("GS320".into(), 3)]);
     }
 
     #[test]

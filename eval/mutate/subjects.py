@@ -627,7 +627,7 @@ SUBJECTS = [
         rebind=True,
     ),
     # A classifier trained with LoRA on every linear layer, the new head saved by PEFT
-    # (`task_type`), only the trainable parameters given to the optimizer.
+    # (`task_type`), every parameter split between two optimizers.
     Subject(
         "peft_bert_lora",
         "peft",

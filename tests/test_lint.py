@@ -159,6 +159,46 @@ def test_installed_frameworks_are_quiet():
         assert "checked" in proc.stderr
 
 
+def test_transformers_models_read_as_their_authors_meant():
+    """transformers' own model code, as installed: shapes that are right by design stay quiet
+    (a router's bias built with `requires_grad=False`; a sparse-attention indexer whose `forward`,
+    under `@torch.no_grad()`, returns only top-k indices; a softmax's output rebound to `topk`'s
+    values before an in-place division; a `@staticmethod` called through `self`; a padding layer
+    and a loss module built in `forward`; Reformer's reversible layers, run under `no_grad` and
+    recomputed in a backward pass of their own; the cuts inside an inference-only `forward`
+    whose decorator already says it), while the real defects next to them are still told:
+    Doge divides its softmax output in place (backward raises), LayoutLMv3 reads its relative
+    position biases under `no_grad`, OneFormer keeps its input projections in a plain list."""
+    import importlib.util
+
+    models = Path(importlib.util.find_spec("transformers").origin).parent / "models"
+    proc, report = _lint_json(models)
+    found = {(f["code"], Path(f["location"]["file"]).parent.name) for f in report["findings"]}
+    quiet = [
+        ("GS314", "laguna"),  # e_score_correction_bias = nn.Parameter(..., requires_grad=False)
+        ("GS314", "afmoe"),
+        ("GS314", "ernie4_5_moe"),  # a statics module whose only parameter is frozen
+        ("GS314", "deepseek_v32"),  # the indexer returns topk(...).indices
+        ("GS304", "deepseek_v32"),
+        ("GS314", "deepseek_v4"),  # torch.where(invalid, full_like(idx, -1), idx)
+        ("GS314", "emu3"),  # a VQ encoder returning argmin's codes
+        ("GS321", "hunyuan_v1_moe"),
+        ("GS317", "siglip2"),
+        ("GS305", "canine"),  # nn.ConstantPad1d
+        ("GS305", "speecht5"),  # L1Loss + BCEWithLogitsLoss + a loss class of the file
+        ("GS319", "reformer"),
+        ("GS314", "sam2_video"),  # comparisons inside a `@torch.inference_mode()` forward
+    ]
+    assert not [q for q in quiet if q in found], sorted(found)
+    told = [("GS321", "doge"), ("GS319", "layoutlmv3"), ("GS301", "oneformer")]
+    assert all(t in found for t in told), sorted(found)
+    # One finding per cause: a `@torch.no_grad()` forward is GS304's alone.
+    lines = {}
+    for f in report["findings"]:
+        lines.setdefault((f["location"]["file"], f["location"]["line"]), set()).add(f["code"])
+    assert not [k for k, codes in lines.items() if {"GS304", "GS319"} <= codes]
+
+
 def _project(tmp_path: Path) -> Path:
     proj = tmp_path / "proj"
     (proj / "models").mkdir(parents=True)

@@ -43,6 +43,9 @@ pub struct Checker<'a> {
     pub defs: HashMap<String, &'a ruff_python_ast::StmtFunctionDef>,
     /// Per enclosing function: local names it fills with modules.
     pub module_lists: Vec<rules::unregistered::LocalModules>,
+    /// Per enclosing class: the `self.` attributes any of its methods fills with modules or
+    /// parameters (created in `__init__`, filled by an `update_layer`).
+    class_fills: Vec<rules::unregistered::LocalModules>,
     /// Functions of this file that return a newly built module (`def mlp(...): return
     /// nn.Sequential(...)`).
     module_factories: HashSet<String>,
@@ -201,6 +204,17 @@ pub fn disables_grad(expr: &Expr) -> bool {
         )
 }
 
+/// The names a binding target gives values (`a`, `a, (b, *c)`, `[a, b]`).
+pub fn bound_names<'a>(target: &'a Expr, out: &mut Vec<&'a str>) {
+    match target {
+        Expr::Name(n) => out.push(n.id.as_str()),
+        Expr::Tuple(t) => t.elts.iter().for_each(|x| bound_names(x, out)),
+        Expr::List(l) => l.elts.iter().for_each(|x| bound_names(x, out)),
+        Expr::Starred(s) => bound_names(&s.value, out),
+        _ => {}
+    }
+}
+
 /// The called name of a call, e.g. `torch.tensor`, `self.register_buffer`.
 /// The source text of `node`.
 pub fn text_of<'s>(source: &'s str, node: &impl Ranged) -> &'s str {
@@ -228,6 +242,7 @@ impl<'a> Checker<'a> {
             nn_prefix: None,
             module_classes: HashSet::new(),
             module_lists: Vec::new(),
+            class_fills: Vec::new(),
             defs: HashMap::new(),
             param_free_classes: HashSet::new(),
             self_optimizing: HashSet::new(),
@@ -325,6 +340,22 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        // A mixin of this file that a module class takes in (PEFT's `class Linear(nn.Module,
+        // LoraLayer)`): its `self` is that module, and what it keeps in `self` is the module's.
+        for _ in 0..4 {
+            for stmt in &module.body {
+                if let Stmt::ClassDef(c) = stmt {
+                    if !self.module_classes.contains(c.name.id.as_str()) {
+                        continue;
+                    }
+                    for b in c.arguments.iter().flat_map(|a| a.args.iter()) {
+                        if let Some(n) = dotted(b).filter(|n| local.contains(n.as_str())) {
+                            self.module_classes.insert(n);
+                        }
+                    }
+                }
+            }
+        }
         struct OwnOptimizer(bool);
         impl<'a> Visitor<'a> for OwnOptimizer {
             fn visit_expr(&mut self, e: &'a Expr) {
@@ -366,6 +397,9 @@ impl<'a> Checker<'a> {
                             crate::flow::collect_self_modules(self, &f.body, &mut attrs);
                         }
                     }
+                    // Its own losses and activations hold nothing either (a loss module
+                    // combining `nn.L1Loss()` and a loss class defined above it).
+                    attrs.retain(|a| !self_built_parameter_free(self, c, a));
                     // Nor a parameter registered by call (`self.register_parameter(...)`,
                     // `self.add_module(...)`, a `Parameter` built anywhere in it).
                     let registers = dotted_calls_in(&c.body).iter().any(|n| {
@@ -491,6 +525,17 @@ impl<'a> Checker<'a> {
         self.holds.last().copied().unwrap_or(true)
     }
 
+    /// A module built by calling `name` holds no parameter: a class of this file without any,
+    /// or a parameter-free torch.nn layer ([`rules::parameter_free`]).
+    pub fn builds_parameter_free(&self, name: &str) -> bool {
+        let last = name.rsplit('.').next().unwrap_or(name);
+        if self.module_classes.contains(last) {
+            self.param_free_classes.contains(last)
+        } else {
+            rules::parameter_free(last)
+        }
+    }
+
     /// Inside a class that subclasses `nn.Module`.
     pub fn in_module_class(&self) -> bool {
         self.classes.last().is_some_and(|(_, m)| *m)
@@ -525,6 +570,42 @@ impl<'a> Checker<'a> {
 }
 
 /// How the file's top-level imports name `torch.nn`.
+/// Every assignment of `self.<attr>` in class `c` builds a parameter-free module.
+fn self_built_parameter_free(ck: &Checker, c: &ruff_python_ast::StmtClassDef, attr: &str) -> bool {
+    struct Built<'x, 'y> {
+        ck: &'x Checker<'y>,
+        attr: &'x str,
+        free: Option<bool>,
+    }
+    impl<'a> Visitor<'a> for Built<'_, '_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::Assign(a) = s {
+                let mine = a.targets.iter().any(|t| {
+                    matches!(t, Expr::Attribute(at) if at.attr.id.as_str() == self.attr
+                        && matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self"))
+                });
+                if mine {
+                    let free =
+                        call_name(&a.value).is_some_and(|n| self.ck.builds_parameter_free(&n));
+                    self.free = Some(self.free.unwrap_or(true) && free);
+                }
+            }
+            if !matches!(s, Stmt::ClassDef(_)) {
+                visitor::walk_stmt(self, s);
+            }
+        }
+    }
+    let mut b = Built {
+        ck,
+        attr,
+        free: None,
+    };
+    for s in &c.body {
+        b.visit_stmt(s);
+    }
+    b.free == Some(true)
+}
+
 fn nn_prefix(body: &[Stmt]) -> Option<String> {
     let mut torch = false;
     for s in body {
@@ -615,11 +696,19 @@ impl<'a> Visitor<'a> for Checker<'a> {
                     }
                 }
                 self.holds.push(!has_init || !attrs.is_empty());
+                let mut fills = rules::unregistered::LocalModules::default();
+                for s in &c.body {
+                    if let Stmt::FunctionDef(f) = s {
+                        fills.merge_self(rules::unregistered::local_module_lists(self, &f.body));
+                    }
+                }
+                self.class_fills.push(fills);
                 let saved = std::mem::replace(&mut self.forward_helpers, forward_helpers(c));
                 visitor::walk_stmt(self, stmt);
                 self.forward_helpers = saved;
                 self.classes.pop();
                 self.holds.pop();
+                self.class_fills.pop();
                 return;
             }
             Stmt::FunctionDef(f) => {
@@ -646,7 +735,10 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::inplace_saved::check(self, f);
                 rules::data_attr::check(self, f);
                 rules::stale_graph::check_block(self, &f.body);
-                let lists = rules::unregistered::local_module_lists(self, &f.body);
+                let mut lists = rules::unregistered::local_module_lists(self, &f.body);
+                if let Some(class) = self.class_fills.last() {
+                    lists.merge_self(class.clone());
+                }
                 self.module_lists.push(lists);
                 visitor::walk_stmt(self, stmt);
                 self.module_lists.pop();

@@ -219,6 +219,16 @@ impl Deps {
         }
     }
 
+    /// Every source, live or cut, cut by this one cut alone.
+    fn cut_only(self, kind: CutKind, range: TextRange) -> Deps {
+        let cut = BTreeMap::from([(Cut::new(kind, range), Ctx::default())]);
+        let mut out = Deps::default();
+        for s in self.live.into_keys().chain(self.cut.into_keys()) {
+            out.cut.insert(s, cut.clone());
+        }
+        out
+    }
+
     fn cut_all(self, kind: CutKind, range: TextRange, path: &Ctx) -> Deps {
         if self.live.is_empty() {
             return self;
@@ -413,6 +423,10 @@ pub struct Flow<'a, 'c> {
     methods: HashMap<(String, String), &'a StmtFunctionDef>,
     /// Per module class: attributes assigned a module or a parameter.
     class_attrs: HashMap<String, HashSet<String>>,
+    /// Every class of the file by name: a module class inherits the submodules its base
+    /// classes of this file build (PEFT's `LoraLayer` mixin builds `lora_A`, `lora_B` for
+    /// `lora.Linear(nn.Module, LoraLayer)`).
+    class_defs: HashMap<String, &'a StmtClassDef>,
     module_vars: HashSet<String>,
     summaries: HashMap<FnKey, Deps>,
     in_progress: HashSet<FnKey>,
@@ -435,6 +449,10 @@ pub struct Flow<'a, 'c> {
     /// `self.X` a class freezes itself (`self.esm.requires_grad_(False)`, a loop setting
     /// `requires_grad = False` over `self.X.parameters()`): a cut of it is deliberate.
     frozen: HashSet<String>,
+    /// Classes of this file whose every parameter and submodule they freeze themselves
+    /// (transformers' `Ernie4_5_MoeStatics`: one `nn.Parameter(..., requires_grad=False)`):
+    /// an attribute built from one is frozen too.
+    frozen_classes: HashSet<String>,
 }
 
 struct Dotted(Vec<String>);
@@ -655,6 +673,14 @@ impl<'a, 'c> Flow<'a, 'c> {
             functions: HashMap::new(),
             methods: HashMap::new(),
             class_attrs: HashMap::new(),
+            class_defs: module
+                .body
+                .iter()
+                .filter_map(|s| match s {
+                    Stmt::ClassDef(c) => Some((c.name.id.to_string(), c)),
+                    _ => None,
+                })
+                .collect(),
             module_vars: HashSet::new(),
             summaries: HashMap::new(),
             in_progress: HashSet::new(),
@@ -663,6 +689,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             optimized: HashSet::new(),
             loss_methods: HashSet::new(),
             frozen: HashSet::new(),
+            frozen_classes: HashSet::new(),
             sub_classes: HashMap::new(),
             ctor_args: HashMap::new(),
         };
@@ -699,6 +726,11 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         flow.resolve_ctor_args(module);
+        for ((_, attr), sub) in &flow.sub_classes {
+            if flow.frozen_classes.contains(sub) {
+                flow.frozen.insert(format!("self.{attr}"));
+            }
+        }
         // A name whose parameters the file asks for is a model, however it was built
         // (`M.BertForTokenClassification(cfg)`, `load_model()`, `AutoModel.from_config(c)`).
         let mut asked = AskedParameters::default();
@@ -823,11 +855,27 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         if is_module {
+            // What the file's base classes build into `self` (their `__init__` run through
+            // `super().__init__()` or by name, their helpers called from it).
+            let mut seen: HashSet<&str> = HashSet::from([name.as_str()]);
+            let mut bases: Vec<&'a StmtClassDef> = self.file_bases(c);
+            while let Some(b) = bases.pop() {
+                if !seen.insert(b.name.id.as_str()) {
+                    continue;
+                }
+                for s in &b.body {
+                    if let Stmt::FunctionDef(f) = s {
+                        collect_self_modules(self.ck, &f.body, &mut attrs);
+                        collect_stateless(&f.body, &mut stateless);
+                    }
+                }
+                bases.extend(self.file_bases(b));
+            }
             let mut frozen = Frozen(HashSet::new());
             for st in &c.body {
                 frozen.visit_stmt(st);
             }
-            self.frozen.extend(frozen.0);
+            let own_frozen = frozen.0;
             // Submodules built by a factory or a class from another file (`norm_layer(dim)`,
             // `Conv1D(...)`): known by being called. Parameters a torch layer subclass
             // inherits (`class LayerNorm2d(nn.LayerNorm)` reads `self.weight`).
@@ -862,8 +910,26 @@ impl<'a, 'c> Flow<'a, 'c> {
                 attrs.insert("bias".to_owned());
             }
             attrs.retain(|a| !stateless.get(a).copied().unwrap_or(false));
+            if !attrs.is_empty()
+                && attrs
+                    .iter()
+                    .all(|a| own_frozen.contains(&format!("self.{a}")))
+            {
+                self.frozen_classes.insert(name.clone());
+            }
+            self.frozen.extend(own_frozen);
             self.class_attrs.insert(name, attrs);
         }
+    }
+
+    /// The base classes of `c` defined in this file.
+    fn file_bases(&self, c: &StmtClassDef) -> Vec<&'a StmtClassDef> {
+        c.arguments
+            .iter()
+            .flat_map(|a| a.args.iter())
+            .filter_map(dotted)
+            .filter_map(|b| self.class_defs.get(b.as_str()).copied())
+            .collect()
     }
 
     /// Classes handed to a constructor that builds a submodule by calling what it is given
@@ -964,6 +1030,16 @@ impl<'a, 'c> Flow<'a, 'c> {
                 {
                     continue;
                 }
+                // Trained by a `backward()` of the file's own: a reversible layer runs its
+                // blocks under `no_grad` in `forward` and recomputes them under `enable_grad`
+                // in a backward pass of its own (transformers' Reformer).
+                // (This submodule or a part of it: a whole model trained says nothing here.)
+                if live_anywhere.iter().any(|(l, _)| {
+                    l.strip_prefix(source.as_str())
+                        .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+                }) {
+                    continue;
+                }
                 for (c, ctx) in cuts {
                     let trained = d
                         .live
@@ -1019,14 +1095,19 @@ impl<'a, 'c> Flow<'a, 'c> {
         frame.loss_return = returns_loss;
         self.block(&f.body, &mut frame);
         let mut ret = frame.returns;
-        for d in &f.decorator_list {
-            if disables_grad(&d.expression) {
-                ret = ret.cut_all(CutKind::NoGrad, d.range(), &Ctx::default());
-            }
+        // Under `@torch.no_grad()` nothing the function returns has a history: the decorator
+        // is the one cut of everything it reads (the cuts inside come after it).
+        if let Some(d) = f
+            .decorator_list
+            .iter()
+            .find(|d| disables_grad(&d.expression))
+        {
+            ret = ret.cut_only(CutKind::NoGrad, d.range());
         }
         let is_forward = f.name.id.as_str() == "forward"
             && class.is_some_and(|c| self.class_attrs.contains_key(c));
-        if is_forward {
+        // A selector's output holds integers only (`crate::selector`): not a gradient path.
+        if is_forward && !crate::selector::returns_only_integers(f) {
             self.forward_returns.push(ret.clone());
         }
         if returns_loss {
@@ -1758,7 +1839,8 @@ impl<'a, 'c> Flow<'a, 'c> {
         fr: &mut Frame,
     ) -> Deps {
         let mut params = param_names(&f.parameters);
-        if class.is_some() && !params.is_empty() {
+        // (A `@staticmethod` called through `self` has no `self` to skip.)
+        if class.is_some() && !params.is_empty() && !is_staticmethod(f) {
             params.remove(0);
         }
         let mut bound: HashMap<String, Deps> = HashMap::new();
@@ -2026,6 +2108,13 @@ fn loss_parts<'a>(e: &'a Expr, out: &mut (Vec<&'a Expr>, Vec<&'a Expr>)) {
     }
 }
 
+/// `@staticmethod` on `f`.
+fn is_staticmethod(f: &StmtFunctionDef) -> bool {
+    f.decorator_list
+        .iter()
+        .any(|d| dotted(&d.expression).is_some_and(|n| n == "staticmethod"))
+}
+
 /// A function's parameter names in order: positional ones, then keyword-only ones.
 pub(crate) fn param_names(p: &Parameters) -> Vec<String> {
     let mut out: Vec<String> = p
@@ -2038,13 +2127,44 @@ pub(crate) fn param_names(p: &Parameters) -> Vec<String> {
     out
 }
 
-/// `self.X = <module or parameter>` anywhere in a method body.
-/// Submodules a class freezes itself: `self.X.requires_grad_(False)`, or a loop over
-/// `self.X.parameters()` that sets `requires_grad = False`.
+/// Submodules and parameters a class freezes itself: `self.X.requires_grad_(False)`,
+/// `self.X.requires_grad = False`, a loop over `self.X.parameters()` that sets
+/// `requires_grad = False`, `self.X = nn.Parameter(t, requires_grad=False)` (a router's
+/// correction bias, updated by hand), the same through `self.register_parameter("X", ...)`.
 struct Frozen(HashSet<String>);
+
+/// `nn.Parameter(t, requires_grad=False)` / `Parameter(t, False)`.
+fn frozen_parameter(e: &Expr) -> bool {
+    let Expr::Call(c) = e else { return false };
+    if !crate::checker::call_name(e).is_some_and(|n| n.ends_with("Parameter")) {
+        return false;
+    }
+    let off = |v: &Expr| matches!(v, Expr::BooleanLiteral(b) if !b.value);
+    c.arguments.keywords.iter().any(|k| {
+        k.arg
+            .as_ref()
+            .is_some_and(|a| a.id.as_str() == "requires_grad")
+            && off(&k.value)
+    }) || c.arguments.args.get(1).is_some_and(off)
+}
 
 impl<'a> Visitor<'a> for Frozen {
     fn visit_stmt(&mut self, s: &'a Stmt) {
+        if let Stmt::Assign(a) = s {
+            let cleared = matches!(a.value.as_ref(), Expr::BooleanLiteral(v) if !v.value);
+            for t in &a.targets {
+                let x = match t {
+                    Expr::Attribute(at) if cleared && at.attr.id.as_str() == "requires_grad" => {
+                        dotted(&at.value)
+                    }
+                    _ if frozen_parameter(&a.value) => dotted(t),
+                    _ => None,
+                };
+                if let Some(x) = x.filter(|x| x.starts_with("self.")) {
+                    self.0.insert(x);
+                }
+            }
+        }
         if let Stmt::For(f) = s {
             let over = match f.iter.as_ref() {
                 Expr::Call(c) => match c.func.as_ref() {
@@ -2069,6 +2189,14 @@ impl<'a> Visitor<'a> for Frozen {
     fn visit_expr(&mut self, e: &'a Expr) {
         if let Expr::Call(c) = e {
             if let Expr::Attribute(a) = c.func.as_ref() {
+                if a.attr.id.as_str() == "register_parameter"
+                    && matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                    && c.arguments.args.get(1).is_some_and(frozen_parameter)
+                {
+                    if let Some(Expr::StringLiteral(name)) = c.arguments.args.first() {
+                        self.0.insert(format!("self.{}", name.value.to_str()));
+                    }
+                }
                 if a.attr.id.as_str() == "requires_grad_"
                     && matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value)
                 {
@@ -2112,11 +2240,9 @@ fn is_stateless_layer(value: &Expr) -> bool {
     };
     let Some(name) = name else { return false };
     let last = name.rsplit('.').next().unwrap_or(&name);
-    crate::rules::PARAMETER_FREE.contains(&last)
-        || matches!(last, "Hardsigmoid" | "PixelUnshuffle" | "DropPath" | "StochasticDepth")
+    crate::rules::parameter_free(last)
         // Not `BertPooler` (a dense layer) nor a fused dropout-add-norm.
-        || last.ends_with("Dropout")
-        || ["Pool1d", "Pool2d", "Pool3d"].iter().any(|p| last.ends_with(p))
+        || matches!(last, "DropPath" | "StochasticDepth")
         || name == "get_activation"
         || name.ends_with("act_layer")
 }
@@ -2161,6 +2287,7 @@ fn collect_stateless(body: &[Stmt], out: &mut HashMap<String, bool>) {
     }
 }
 
+/// `self.X = <module or parameter>` anywhere in a method body.
 pub(crate) fn collect_self_modules(ck: &Checker, body: &[Stmt], out: &mut HashSet<String>) {
     struct Collect<'x, 'y> {
         ck: &'x Checker<'y>,

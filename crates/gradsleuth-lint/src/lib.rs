@@ -17,6 +17,7 @@ pub mod config;
 pub mod flow;
 pub mod path;
 pub mod rules;
+pub mod selector;
 
 use std::path::{Path, PathBuf};
 
@@ -133,6 +134,20 @@ pub fn lint_source_with(path: &str, source: &str, config: &LintConfig) -> Result
                 &f.category.as_str(),
                 f.location.as_ref().map_or(0, |l| l.line),
             )
+        })
+        .collect();
+    // One cause, one finding: a `@torch.no_grad()` on `forward` is GS304's, which says so more
+    // precisely than the data flow's cut at the same decorator (GS319).
+    let at = |f: &Finding| f.location.as_ref().map(|l| (l.line, l.column));
+    let decorated: Vec<_> = findings
+        .iter()
+        .filter(|f| f.code == rules::no_grad_forward::RULE.code)
+        .filter_map(at)
+        .collect();
+    let findings: Vec<Finding> = findings
+        .into_iter()
+        .filter(|f| {
+            f.code != rules::no_grad_cut::RULE.code || at(f).is_none_or(|l| !decorated.contains(&l))
         })
         .collect();
     let edits = checker

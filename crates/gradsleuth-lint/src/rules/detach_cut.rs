@@ -284,4 +284,14 @@ mod tests {
         let src = in_forward("    def embed(self, x, sg):\n        if sg:\n            h = self.backbone(x).detach()\n        else:\n            h = self.backbone(x)\n        return h\n\n    def forward(self, a):\n        return self.head(self.embed(a, True))\n");
         assert_eq!(codes(&src), vec![("GS316".into(), 13)]);
     }
+
+    /// PEFT's `lora.Linear(nn.Module, LoraLayer)`: the adapters are built by the mixin (in its
+    /// `__init__`, filled by `update_layer`), and `forward` reads them out of `ModuleDict`s.
+    #[test]
+    fn submodules_a_base_class_of_the_file_builds_are_the_modules() {
+        let src = "import torch\nimport torch.nn as nn\n\n\nclass LoraLayer:\n    def __init__(self, base_layer: nn.Module, **kwargs) -> None:\n        self.base_layer = base_layer\n        self.lora_A = nn.ModuleDict({})\n        self.lora_B = nn.ModuleDict({})\n        self.lora_dropout = nn.ModuleDict({})\n        self.scaling = {}\n\n    def update_layer(self, adapter_name, r):\n        self.lora_A[adapter_name] = nn.Linear(4, r, bias=False)\n        self.lora_B[adapter_name] = nn.Linear(r, 4, bias=False)\n        self.lora_dropout[adapter_name] = nn.Identity()\n\n\nclass Linear(nn.Module, LoraLayer):\n    def __init__(self, base_layer, adapter_name, r=8):\n        super().__init__()\n        LoraLayer.__init__(self, base_layer)\n        self.update_layer(adapter_name, r)\n        self.active_adapters = [adapter_name]\n\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        result = self.base_layer(x)\n        for active_adapter in self.active_adapters:\n            if active_adapter not in self.lora_A.keys():\n                continue\n            lora_A = self.lora_A[active_adapter]\n            lora_B = self.lora_B[active_adapter]\n            dropout = self.lora_dropout[active_adapter]\n            scaling = self.scaling[active_adapter]\n            x = x.to(lora_A.weight.dtype)\n            result = result + lora_B(lora_A(dropout(x))) * scaling\n        result = result.detach()\n        return result\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 37)]);
+        let fine = src.replace("        result = result.detach()\n", "");
+        assert!(codes(&fine).is_empty());
+    }
 }

@@ -60,6 +60,18 @@ impl Scan {
     }
 }
 
+impl Scan {
+    /// Names a binding target (a tuple, a starred name, a walrus) gives new values: what they
+    /// held before is gone, whatever op made it.
+    fn rebind(&mut self, target: &Expr) {
+        let mut names = Vec::new();
+        crate::checker::bound_names(target, &mut names);
+        for n in names {
+            self.saved.remove(n);
+        }
+    }
+}
+
 impl<'a> Visitor<'a> for Scan {
     fn visit_stmt(&mut self, s: &'a Stmt) {
         match s {
@@ -82,18 +94,33 @@ impl<'a> Visitor<'a> for Scan {
                             }
                         }
                         Expr::Subscript(sub) => self.inplace(&sub.value, s.range()),
-                        _ => {}
+                        // `w, idx = torch.topk(w, k)`: every name the pattern binds is new.
+                        other => self.rebind(other),
                     }
                 }
                 return;
             }
             Stmt::AugAssign(a) => self.inplace(&a.target, s.range()),
+            Stmt::AnnAssign(a) if a.value.is_some() => self.rebind(&a.target),
+            Stmt::For(f) => self.rebind(&f.target),
+            Stmt::With(w) => {
+                for item in &w.items {
+                    if let Some(v) = &item.optional_vars {
+                        self.rebind(v);
+                    }
+                }
+            }
             _ => {}
         }
         visitor::walk_stmt(self, s);
     }
 
     fn visit_expr(&mut self, e: &'a Expr) {
+        if let Expr::Named(n) = e {
+            visitor::walk_expr(self, &n.value);
+            self.rebind(&n.target);
+            return;
+        }
         if let Expr::Call(c) = e {
             if let Expr::Attribute(a) = c.func.as_ref() {
                 let m = a.attr.id.as_str();
@@ -151,5 +178,26 @@ mod tests {
     fn out_of_place_and_rebinding_are_fine() {
         let src = format!("{HEAD}        g = torch.sigmoid(x)\n        g = g * 2\n        g += 1.0\n        p = x.softmax(-1)\n        p = p.masked_fill(pad, 0.0)\n        out = self.fc(x)\n        out += x\n        return torch.relu(out) + g + p\n");
         assert!(codes(&src).is_empty());
+    }
+
+    #[test]
+    fn a_name_rebound_by_a_tuple_loop_or_walrus_is_new() {
+        // transformers' Hunyuan MoE router: the softmax output is rebound to topk's values
+        // (which topk's backward does not save) before the in-place division.
+        for rebind in [
+            "w, idx = torch.topk(w, 2, dim=-1)",
+            "(w, _), idx = (x.sort(), 0)",
+            "*w, = [x * 2]",
+            "for w in [x]:\n            pass",
+            "with self.ctx() as w:\n            pass",
+            "if (w := x * 2) is None:\n            pass",
+            "w: torch.Tensor = x * 3",
+        ] {
+            let src = format!("{HEAD}        w = torch.softmax(x, dim=1)\n        {rebind}\n        w /= w.sum(dim=-1, keepdim=True)\n        return w\n");
+            assert!(codes(&src).is_empty(), "{rebind}");
+        }
+        // Doge's router: the in-place division is on the softmax output itself.
+        let src = format!("{HEAD}        s, idx = x.topk(2, dim=-1)\n        w = F.softmax(s, dim=-1)\n        w /= w.sum(dim=-1, keepdim=True)\n        return w\n");
+        assert_eq!(codes(&src), vec![("GS321".into(), 8)]);
     }
 }

@@ -46,4 +46,18 @@ mod tests {
         let src = "import torch\nimport torch.nn as nn\n\nclass Attn(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.v = nn.Linear(4, 4)\n        self.o = nn.Linear(4, 4)\n\n    def forward(self, x):\n        v = self.v(x)\n        v = torch.from_numpy(v.detach().cpu().float().numpy())\n        return self.o(v)\n";
         assert_eq!(codes(src), vec![("GS317".into(), 12)]);
     }
+
+    /// transformers' SigLIP2: a `@staticmethod` called through `self` takes its arguments from
+    /// the first (the embedding to the first parameter, the shapes read by `.tolist()` to the
+    /// second); as a method it would skip its `self`.
+    #[test]
+    fn a_static_method_called_through_self_gets_its_arguments_in_order() {
+        let src = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nclass Emb(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.pos = nn.Embedding(16, 4)\n\n    @staticmethod\n    def resize(pos, shapes):\n        h, w = shapes[0].tolist()\n        return F.interpolate(pos, size=(h, w))\n\n    def forward(self, x, shapes):\n        return x + self.resize(self.pos.weight, shapes)\n";
+        assert!(codes(src).is_empty());
+        let method = src.replace(
+            "    @staticmethod\n    def resize(pos",
+            "    def resize(self, pos",
+        );
+        assert!(codes(&method).is_empty());
+    }
 }

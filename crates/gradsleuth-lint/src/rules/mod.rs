@@ -37,54 +37,67 @@ pub mod update_discarded;
 pub mod zero_grad_not_called;
 pub mod zero_grad_order;
 
-/// Modules without parameters (activations, pooling, dropout, losses): building one in
-/// `forward` or leaving it out of an optimizer changes nothing.
-pub(crate) const PARAMETER_FREE: &[&str] = &[
+/// torch.nn layers without parameters that no pattern of [`parameter_free`] covers.
+const PARAMETER_FREE: &[&str] = &[
     "ReLU",
     "ReLU6",
+    "RReLU",
     "GELU",
     "SiLU",
     "Tanh",
     "Sigmoid",
+    "LogSigmoid",
     "LeakyReLU",
     "ELU",
+    "SELU",
+    "CELU",
+    "GLU",
     "Mish",
     "Softmax",
+    "Softmax2d",
+    "Softmin",
     "LogSoftmax",
     "Softplus",
+    "Softsign",
+    "Softshrink",
+    "Hardshrink",
+    "Tanhshrink",
+    "Threshold",
     "Hardswish",
+    "Hardsigmoid",
     "Hardtanh",
-    "Dropout",
-    "Dropout1d",
-    "Dropout2d",
-    "Dropout3d",
     "Identity",
     "Flatten",
     "Unflatten",
-    "MaxPool1d",
-    "MaxPool2d",
-    "MaxPool3d",
-    "AvgPool1d",
-    "AvgPool2d",
-    "AvgPool3d",
-    "AdaptiveAvgPool1d",
-    "AdaptiveAvgPool2d",
-    "AdaptiveAvgPool3d",
-    "AdaptiveMaxPool1d",
-    "AdaptiveMaxPool2d",
+    "Fold",
+    "Unfold",
     "Upsample",
+    "UpsamplingNearest2d",
+    "UpsamplingBilinear2d",
     "PixelShuffle",
-    "ZeroPad2d",
-    "CrossEntropyLoss",
-    "MSELoss",
-    "L1Loss",
-    "BCEWithLogitsLoss",
-    "BCELoss",
-    "NLLLoss",
-    "SmoothL1Loss",
-    "KLDivLoss",
-    "HuberLoss",
+    "PixelUnshuffle",
+    "ChannelShuffle",
+    "CosineSimilarity",
+    "PairwiseDistance",
 ];
+
+/// A torch.nn layer (by its class name) that holds no parameter: activations, dropouts,
+/// pooling, padding, reshaping, and the losses (all but `AdaptiveLogSoftmaxWithLoss`, a
+/// classifier). Building one anywhere loses nothing.
+pub(crate) fn parameter_free(last: &str) -> bool {
+    let dims = ["1d", "2d", "3d"];
+    PARAMETER_FREE.contains(&last)
+        || last.ends_with("Dropout")
+        || dims.iter().any(|d| {
+            last.strip_suffix(d).is_some_and(|stem| {
+                stem.ends_with("Dropout")
+                    || stem.ends_with("Pool")
+                    || stem.ends_with("Pad")
+                    || stem.ends_with("Unpool")
+            })
+        })
+        || (last.ends_with("Loss") && last != "AdaptiveLogSoftmaxWithLoss")
+}
 
 /// A lint rule: its code (its name, category and documentation are the rule registry's,
 /// `gradsleuth-rules`, shared with the runtime check of the same pitfall).

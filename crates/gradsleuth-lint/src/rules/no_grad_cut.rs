@@ -89,4 +89,17 @@ mod tests {
         let src = "import torch\nimport torch.nn.functional as F\n\nmodel = load_model_code('m.py').Net(cfg)\n\ndef compute_loss(model, batch):\n    logits = model(batch['x'])\n    with torch.no_grad():\n        flat = logits.reshape(-1, 3)\n    return F.cross_entropy(flat, batch['y'])\n\nopt = torch.optim.AdamW(model.parameters())\nfor batch in data:\n    loss = compute_loss(model, batch)\n    loss.backward()\n    opt.step()\n";
         assert_eq!(codes(src), vec![("GS319".into(), 8)]);
     }
+
+    /// transformers' Reformer: a reversible layer runs its blocks under `no_grad` in `forward`
+    /// and recomputes them under `enable_grad` in a backward pass of its own.
+    #[test]
+    fn a_block_trained_by_a_backward_of_its_own_is_not_cut() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass RevLayer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.attention = nn.Linear(4, 4)\n\n    def forward(self, x1, x2):\n        with torch.no_grad():\n            y1 = x1 + self.attention(x2)\n        return y1\n\n    def backward_pass(self, x2, grad):\n        with torch.enable_grad():\n            out = self.attention(x2)\n            out.backward(grad, retain_graph=True)\n";
+        assert!(codes(src).is_empty());
+        let plain = src.replace(
+            "            out.backward(grad, retain_graph=True)\n",
+            "            return out\n",
+        );
+        assert_eq!(codes(&plain), vec![("GS319".into(), 10)]);
+    }
 }

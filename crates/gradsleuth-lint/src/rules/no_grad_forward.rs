@@ -10,7 +10,13 @@ pub const RULE: Rule = Rule { code: "GS304" };
 pub fn check(ck: &mut Checker, f: &StmtFunctionDef) {
     // A module without parameters of its own (rotary embeddings, masks from buffers) loses
     // nothing by computing its output without recording.
-    if f.name.id.as_str() != "forward" || !ck.in_module_class() || !ck.class_holds_parameters() {
+    // A selector (a `forward` returning only indices or masks) cannot pass a gradient through
+    // its output anyway: not recording is a saving there, not a cut.
+    if f.name.id.as_str() != "forward"
+        || !ck.in_module_class()
+        || !ck.class_holds_parameters()
+        || crate::selector::returns_only_integers(f)
+    {
         return;
     }
     for d in &f.decorator_list {
@@ -43,6 +49,16 @@ mod tests {
     fn a_module_without_parameters_is_fine() {
         let src = "class Rotary(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self.inv_freq = nn.Buffer(torch.arange(d))\n    @torch.no_grad()\n    def forward(self, x):\n        return x * self.inv_freq\n";
         assert!(codes(src).is_empty());
+    }
+
+    /// transformers' DeepSeek-V3.2 sparse-attention indexer: its result is the top-k indices.
+    #[test]
+    fn a_selector_returning_indices_is_fine() {
+        let src = "class Indexer(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self.wk = nn.Linear(d, d)\n        self.k_norm = nn.LayerNorm(d)\n    @torch.no_grad()\n    def forward(self, x, k):\n        scores = x @ self.k_norm(self.wk(x)).transpose(-1, -2)\n        return scores.topk(k, dim=-1).indices.to(torch.int32)\n";
+        assert!(codes(src).is_empty());
+        // The same module returning the scores loses their gradient.
+        let src = src.replace(".topk(k, dim=-1).indices.to(torch.int32)", "");
+        assert_eq!(codes(&src), vec![("GS304".into(), 6)]);
     }
 
     #[test]

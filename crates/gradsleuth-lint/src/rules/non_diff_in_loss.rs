@@ -101,4 +101,32 @@ mod tests {
         let src = "acc = (logits.argmax(-1) == y).float().mean()\nloss = F.cross_entropy(logits, y) + math.floor(2.5)\nloss = F.cross_entropy(s, t.argmax(-1))\nloss = torch.where(z < d, 0.5 * z * z, d * z)\n";
         assert!(codes(src).is_empty());
     }
+
+    /// A router's correction bias is a parameter built frozen (updated by hand from the load):
+    /// its reaching the output only through `topk`'s indices is its design. Shapes from
+    /// transformers' MoE routers (AFMoE, Laguna, Ernie 4.5's statics module).
+    #[test]
+    fn parameters_built_frozen_are_not_cut() {
+        let head = "import torch\nimport torch.nn as nn\n\n";
+        let router = |init: &str, use_: &str| {
+            format!("{head}class Router(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.gate = nn.Linear(4, n)\n{init}\n\n    def forward(self, h):\n        scores = self.gate(h).sigmoid()\n        _, idx = torch.topk(scores + {use_}, 2, dim=-1)\n        return scores.gather(-1, idx)\n")
+        };
+        for (init, use_) in [
+            ("        self.bias = nn.Parameter(torch.zeros(n), requires_grad=False)", "self.bias"),
+            ("        self.bias = nn.Parameter(torch.zeros(n), False)", "self.bias"),
+            ("        self.bias = nn.Parameter(torch.zeros(n))\n        self.bias.requires_grad = False", "self.bias"),
+            ("        self.register_parameter('bias', nn.Parameter(torch.zeros(n), requires_grad=False))", "self.bias"),
+            ("        self.stats = Statics(n)", "self.stats(scores)"),
+        ] {
+            let statics = "class Statics(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.bias = nn.Parameter(torch.zeros(n), requires_grad=False)\n\n    def forward(self, h):\n        return h + self.bias\n\n";
+            let src = router(init, use_).replacen(head, &format!("{head}{statics}"), 1);
+            assert!(codes(&src).is_empty(), "{init}");
+        }
+        // A trainable bias used the same way is cut.
+        let src = router(
+            "        self.bias = nn.Parameter(torch.zeros(n))",
+            "self.bias",
+        );
+        assert_eq!(codes(&src).len(), 1, "{src}");
+    }
 }

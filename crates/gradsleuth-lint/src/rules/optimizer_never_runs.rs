@@ -160,7 +160,7 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
         };
         for t in targets {
             let mut names = Vec::new();
-            collect_names(t, &mut names);
+            crate::checker::bound_names(t, &mut names);
             let single = matches!(t, Expr::Name(_));
             for n in names {
                 let e = bound.entry(n).or_insert((0, false));
@@ -206,16 +206,6 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
                     .fix("Build the optimizer from the module the loss is computed from, after any copy (`model = copy.deepcopy(base)` first, then `torch.optim.SGD(model.parameters(), ...)`)."),
             );
         }
-    }
-}
-
-fn collect_names<'a>(e: &'a Expr, out: &mut Vec<&'a str>) {
-    match e {
-        Expr::Name(n) => out.push(n.id.as_str()),
-        Expr::Tuple(t) => t.elts.iter().for_each(|x| collect_names(x, out)),
-        Expr::List(l) => l.elts.iter().for_each(|x| collect_names(x, out)),
-        Expr::Starred(s) => collect_names(&s.value, out),
-        _ => {}
     }
 }
 

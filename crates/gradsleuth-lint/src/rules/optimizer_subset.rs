@@ -7,7 +7,7 @@ use ruff_python_ast::{Expr, ModModule, Stmt};
 use ruff_text_size::{Ranged, TextRange};
 
 use super::optimizer_before_replace::{is_optimizer_call, parameter_owners};
-use super::{Rule, PARAMETER_FREE};
+use super::Rule;
 use crate::checker::{call_name, Checker};
 
 pub const RULE: Rule = Rule { code: "GS323" };
@@ -20,7 +20,7 @@ fn has_parameters(ck: &Checker, e: &Expr) -> bool {
     if last == "Parameter" {
         return true;
     }
-    if !ck.constructs_module(e) || PARAMETER_FREE.contains(&last) {
+    if !ck.constructs_module(e) || ck.builds_parameter_free(&name) {
         return false;
     }
     if matches!(last, "Sequential" | "ModuleList") {

@@ -2,7 +2,7 @@
 
 use ruff_python_ast::Expr;
 
-use super::{Rule, PARAMETER_FREE};
+use super::Rule;
 use crate::checker::{call_name, Checker};
 
 pub const RULE: Rule = Rule { code: "GS305" };
@@ -13,7 +13,7 @@ pub fn check(ck: &mut Checker, e: &Expr) {
     }
     let name = call_name(e).unwrap_or_default();
     let last = name.rsplit('.').next().unwrap_or(&name).to_owned();
-    if PARAMETER_FREE.contains(&last.as_str()) || ck.param_free_classes.contains(&name) {
+    if ck.builds_parameter_free(&name) {
         return;
     }
     let loc = ck.location(e);
@@ -46,5 +46,19 @@ mod tests {
     fn init_and_parameter_free_modules_are_fine() {
         let src = "class DepthLoss(nn.Module):\n    def __init__(self, lambd=0.5):\n        super().__init__()\n        self.lambd = lambd\n    def forward(self, p, t):\n        return (p - t).pow(2).mean()\nclass M(nn.Module):\n    def __init__(self):\n        self.fc = nn.Linear(4, 4)\n    def forward(self, x, t):\n        return DepthLoss()(nn.ReLU()(self.fc(x)), t)\n";
         assert!(codes(src).is_empty());
+    }
+
+    /// transformers' CANINE pads with `nn.ConstantPad1d` in forward; SpeechT5 builds its loss
+    /// module (two torch losses and a loss class of its own file) there.
+    #[test]
+    fn padding_layers_and_loss_modules_of_losses_are_fine() {
+        let src = "class GuidedLoss(nn.Module):\n    def __init__(self, sigma):\n        super().__init__()\n        self.sigma = sigma\n    def forward(self, a):\n        return a.mean() * self.sigma\nclass SpecLoss(nn.Module):\n    def __init__(self, guided):\n        super().__init__()\n        self.l1 = L1Loss()\n        self.bce = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(5.0))\n        if guided:\n            self.attn = GuidedLoss(0.4)\n    def forward(self, p, t):\n        return self.l1(p, t) + self.bce(p, t)\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n    def forward(self, x, t):\n        x = nn.ConstantPad1d((0, 2), 0)(x)\n        x = nn.ReflectionPad2d(1)(x)\n        return SpecLoss(True)(self.fc(x), t)\n";
+        assert!(codes(src).is_empty());
+        // A loss class that learns (a task weight) is not parameter-free, whatever its name.
+        let learned = src.replace(
+            "self.sigma = sigma",
+            "self.sigma = nn.Parameter(torch.ones(1))",
+        );
+        assert_eq!(codes(&learned), vec![("GS305".into(), 23)]);
     }
 }

@@ -144,13 +144,9 @@ impl<'a> Visitor<'a> for Reads {
 }
 
 fn targets(e: &Expr, out: &mut Vec<String>) {
-    match e {
-        Expr::Name(n) => out.push(n.id.to_string()),
-        Expr::Tuple(t) => t.elts.iter().for_each(|x| targets(x, out)),
-        Expr::List(l) => l.elts.iter().for_each(|x| targets(x, out)),
-        Expr::Starred(s) => targets(&s.value, out),
-        _ => {}
-    }
+    let mut names = Vec::new();
+    crate::checker::bound_names(e, &mut names);
+    out.extend(names.into_iter().map(str::to_owned));
 }
 
 fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) -> Step {

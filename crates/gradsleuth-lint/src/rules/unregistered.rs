@@ -94,6 +94,18 @@ pub struct LocalModules {
     pub registers: bool,
 }
 
+impl LocalModules {
+    /// Adds what `other` (another method of the class) does with `self.` attributes.
+    pub fn merge_self(&mut self, other: LocalModules) {
+        let own = |n: &String| n.starts_with("self.");
+        self.lists.extend(other.lists.into_iter().filter(own));
+        self.rewrapped
+            .extend(other.rewrapped.into_iter().filter(own));
+        self.param_lists
+            .extend(other.param_lists.into_iter().filter(own));
+    }
+}
+
 /// What a function body does with containers of modules.
 pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
     struct Fill<'c, 'a> {
@@ -146,9 +158,10 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                             Expr::Name(n) if self.container(&a.value) => {
                                 self.lists.insert(n.id.to_string());
                             }
+                            // `heads[k] = ...`, `self.lora_A[name] = nn.Linear(...)`.
                             Expr::Subscript(sub) if self.module(&a.value) => {
-                                if let Expr::Name(n) = sub.value.as_ref() {
-                                    self.lists.insert(n.id.to_string());
+                                if let Some(n) = dotted(sub.value.as_ref()) {
+                                    self.lists.insert(n);
                                 }
                             }
                             _ => {}
@@ -286,10 +299,16 @@ pub fn check(ck: &mut Checker, a: &StmtAssign) {
     let empty = match a.value.as_ref() {
         Expr::List(l) => l.elts.is_empty(),
         Expr::Dict(d) => d.items.is_empty(),
+        // `list()`, `dict()`, `dict({})`, `list([])`.
         Expr::Call(c) => {
-            c.arguments.is_empty()
-                && crate::checker::call_name(a.value.as_ref())
-                    .is_some_and(|n| n == "list" || n == "dict")
+            crate::checker::call_name(a.value.as_ref()).is_some_and(|n| n == "list" || n == "dict")
+                && c.arguments.keywords.is_empty()
+                && match c.arguments.args.as_ref() {
+                    [] => true,
+                    [Expr::List(l)] => l.elts.is_empty(),
+                    [Expr::Dict(d)] => d.items.is_empty(),
+                    _ => false,
+                }
         }
         _ => false,
     };
@@ -436,5 +455,15 @@ mod tests {
     fn module_lists_and_plain_data_are_fine() {
         let src = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.scale = nn.Parameter(torch.ones(1, requires_grad=True))\n        self.mask = torch.zeros(4)\n        self.heads = nn.ModuleList([nn.Linear(4, 2)])\n        self.sizes = [4, 8]\n        self.acts = [nn.functional.relu]\n        layers = [nn.Linear(4, 4)]\n        self.body = nn.Sequential(*layers)\n        self.sizes2 = list(self.sizes)\nclass NotAModule:\n    def __init__(self):\n        self.layers = [nn.Linear(2, 2)]\n";
         assert!(codes(src).is_empty());
+    }
+
+    /// PEFT's `LoraLayer` mixin: the container is made in `__init__` and filled by another
+    /// method (`update_layer`), and the mixin's `self` is the module that takes it in.
+    #[test]
+    fn a_container_a_mixins_other_method_fills() {
+        let src = "import torch\nimport torch.nn as nn\n\n\nclass LoraLayer:\n    def __init__(self, base_layer: nn.Module, **kwargs) -> None:\n        self.base_layer = base_layer\n        self.lora_A = dict({})\n        self.lora_B = nn.ModuleDict({})\n        self.lora_dropout = nn.ModuleDict({})\n        self.scaling = {}\n\n    def update_layer(self, adapter_name, r):\n        self.lora_A[adapter_name] = nn.Linear(4, r, bias=False)\n        self.lora_B[adapter_name] = nn.Linear(r, 4, bias=False)\n        self.lora_dropout[adapter_name] = nn.Identity()\n\n\nclass Linear(nn.Module, LoraLayer):\n    def __init__(self, base_layer, adapter_name, r=8):\n        super().__init__()\n        LoraLayer.__init__(self, base_layer)\n        self.update_layer(adapter_name, r)\n        self.active_adapters = [adapter_name]\n\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        result = self.base_layer(x)\n        for active_adapter in self.active_adapters:\n            if active_adapter not in self.lora_A.keys():\n                continue\n            lora_A = self.lora_A[active_adapter]\n            lora_B = self.lora_B[active_adapter]\n            dropout = self.lora_dropout[active_adapter]\n            scaling = self.scaling[active_adapter]\n            x = x.to(lora_A.weight.dtype)\n            result = result + lora_B(lora_A(dropout(x))) * scaling\n\n        return result\n";
+        assert_eq!(codes(src), vec![("GS301".into(), 8)]);
+        let fine = src.replace("self.lora_A = dict({})", "self.lora_A = nn.ModuleDict({})");
+        assert!(codes(&fine).is_empty());
     }
 }

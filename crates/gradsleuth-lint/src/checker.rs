@@ -43,9 +43,8 @@ pub struct Checker<'a> {
     pub defs: HashMap<String, &'a ruff_python_ast::StmtFunctionDef>,
     /// Per enclosing function: local names it fills with modules.
     pub module_lists: Vec<rules::unregistered::LocalModules>,
-    /// Per enclosing class: the `self.` attributes any of its methods fills with modules or
-    /// parameters (created in `__init__`, filled by an `update_layer`).
-    class_fills: Vec<rules::unregistered::LocalModules>,
+    /// Per enclosing class: what its methods fill with modules or parameters.
+    class_fills: Vec<ClassFills>,
     /// Functions of this file that return a newly built module (`def mlp(...): return
     /// nn.Sequential(...)`).
     module_factories: HashSet<String>,
@@ -202,6 +201,15 @@ pub fn disables_grad(expr: &Expr) -> bool {
         && call.is_some_and(
             |c| matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value),
         )
+}
+
+/// What a class's methods fill with modules or parameters: each method's own (read once, with
+/// the class, and taken when the method is checked), and the `self.` attributes any of them
+/// fills (created in `__init__`, filled by an `update_layer`).
+#[derive(Default)]
+struct ClassFills {
+    all: rules::unregistered::LocalModules,
+    methods: HashMap<u32, rules::unregistered::LocalModules>,
 }
 
 /// The names a binding target gives values (`a`, `a, (b, *c)`, `[a, b]`).
@@ -696,10 +704,12 @@ impl<'a> Visitor<'a> for Checker<'a> {
                     }
                 }
                 self.holds.push(!has_init || !attrs.is_empty());
-                let mut fills = rules::unregistered::LocalModules::default();
+                let mut fills = ClassFills::default();
                 for s in &c.body {
                     if let Stmt::FunctionDef(f) = s {
-                        fills.merge_self(rules::unregistered::local_module_lists(self, &f.body));
+                        let own = rules::unregistered::local_module_lists(self, &f.body);
+                        fills.all.merge_self(own.clone());
+                        fills.methods.insert(f.range.start().to_u32(), own);
                     }
                 }
                 self.class_fills.push(fills);
@@ -735,9 +745,15 @@ impl<'a> Visitor<'a> for Checker<'a> {
                 rules::inplace_saved::check(self, f);
                 rules::data_attr::check(self, f);
                 rules::stale_graph::check_block(self, &f.body);
-                let mut lists = rules::unregistered::local_module_lists(self, &f.body);
+                // A method's own was read with its class (see `ClassFills`).
+                let own = self
+                    .class_fills
+                    .last_mut()
+                    .and_then(|c| c.methods.remove(&f.range.start().to_u32()));
+                let mut lists =
+                    own.unwrap_or_else(|| rules::unregistered::local_module_lists(self, &f.body));
                 if let Some(class) = self.class_fills.last() {
-                    lists.merge_self(class.clone());
+                    lists.merge_self(class.all.clone());
                 }
                 self.module_lists.push(lists);
                 visitor::walk_stmt(self, stmt);

@@ -42,6 +42,9 @@ def result(tmp_path_factory):
 def test_the_sample_is_real(result):
     r, _ = result
     assert not r["broken_originals"], "originals that do not train: " + ", ".join(r["broken_originals"])
+    # Every mutant of every operator (not only the sample's) is Python: an operator that wrote
+    # `model.layers.1.fc` would drop its nested sites from the corpus as "broken".
+    assert not r["unparsable"], "\n".join(r["unparsable"])
     rows = r["rows"]
     assert len(rows) >= FLOORS["valid"], r["counts"]
     assert len(r["packages"]) >= 4

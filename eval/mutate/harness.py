@@ -267,6 +267,7 @@ def build(subjects, per_op, jobs, sample=None, operators=None):
     tasks = []
     mutants = []
     made = []
+    unparsable = []  # an operator's own bug: it wrote code Python cannot read
     for s in subjects:
         folder = origs[s.name]
         if not (folder / "oracle.json").exists():
@@ -274,6 +275,11 @@ def build(subjects, per_op, jobs, sample=None, operators=None):
         counts = {}
         for m in mutants_of(s, folder, per_op):
             if operators and m.operator not in operators:
+                continue
+            try:
+                compile(m.source, m.file, "exec")
+            except SyntaxError as e:
+                unparsable.append(f"{s.name} {m.operator} ({m.site}): {e.msg}, line {e.lineno}")
                 continue
             i = counts.get(m.operator, 0)
             counts[m.operator] = i + 1
@@ -308,7 +314,7 @@ def build(subjects, per_op, jobs, sample=None, operators=None):
         mutants.append(mfolder)
     print(f"  oracle: {len(tasks)} of {len(mutants)} mutants to run", file=sys.stderr)
     run_all(tasks, jobs)
-    return origs, mutants
+    return origs, mutants, unparsable
 
 
 # -- truth --------------------------------------------------------------------------------------
@@ -448,7 +454,7 @@ def score_lint(meta, findings):
 def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=False, operators=None):
     t0 = time.time()
     warm(subjects)
-    origs, mutants = build(subjects, per_op, jobs, sample, operators)
+    origs, mutants, unparsable = build(subjects, per_op, jobs, sample, operators)
     broken_originals = []
     for s in subjects:
         try:
@@ -488,9 +494,19 @@ def evaluate(subjects, per_op=SITES_PER_OPERATOR, jobs=2, sample=None, quiet=Fal
                 if x["severity"] in ("error", "warning"):
                     alarms.append({"subject": name, "by": kind, "finding": x})
     counts = {"equivalent": 0, "broken": 0, "valid": 0}
+    # Dropped mutants per operator and why: an operator whose mutants mostly fail for reasons
+    # of their own is not measuring its bug.
+    dropped: dict = {}
     for m in mutants:
         counts[truths[m]["status"]] += 1
+        if truths[m]["status"] != "valid":
+            op = json.loads((m / "meta.json").read_text())["operator"]
+            why = truths[m].get("why", "equivalent").split(":")[0]
+            dropped.setdefault(op, {}).setdefault(why, 0)
+            dropped[op][why] += 1
     return {
+        "unparsable": unparsable,
+        "dropped": dropped,
         "rows": rows,
         "alarms": alarms,
         "counts": counts,

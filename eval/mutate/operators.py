@@ -15,6 +15,7 @@ edit `__init__`; operators on the *loop* edit the training loop's statements.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from dataclasses import dataclass, field
 
@@ -38,44 +39,51 @@ class Operator:
     kind: str  # "code", "init", "loop"
     expect_error: bool = False
     static: bool = True  # visible to lint without running
-    # For operators whose bug is an exception: what torch says (anything else is unrelated).
+    # What torch says when the bug raises (a mutant raising anything else failed for another
+    # reason and is dropped).
     error: str | None = None
 
+
+# What torch says when a cut takes every path from the parameters to the loss: backward
+# refuses a loss with no history. That is the bug itself, in the form users meet it most (the
+# error, then the hunt for the cut), not an unrelated failure: such a mutant is scored, the
+# finding must name the cut's category at its line.
+_WHOLE_PATH_CUT = "does not require grad"
 
 OPERATORS = {
     o.name: o
     for o in [
-        Operator("detach", "detach", "code"),
-        Operator("data", "data_attr", "code"),
-        Operator("no_grad", "no_grad", "code"),
+        Operator("detach", "detach", "code", error=_WHOLE_PATH_CUT),
+        Operator("data", "data_attr", "code", error=_WHOLE_PATH_CUT),
+        Operator("no_grad", "no_grad", "code", error=_WHOLE_PATH_CUT),
         Operator("inference_mode", "no_grad", "code", expect_error=True, error="Inference tensors"),
-        Operator("set_grad_enabled", "no_grad", "code"),
+        Operator("set_grad_enabled", "no_grad", "code", error=_WHOLE_PATH_CUT),
         # A value drawn with `Distribution.sample()` (meant: `rsample()`): torch turns
         # recording off inside the call; lint cannot tell a REINFORCE draw from this.
-        Operator("sample", "no_grad", "code", static=False),
-        Operator("detach_inplace", "detach", "code"),
+        Operator("sample", "no_grad", "code", static=False, error=_WHOLE_PATH_CUT),
+        Operator("detach_inplace", "detach", "code", error=_WHOLE_PATH_CUT),
         # A fresh leaf where the value was (`x.detach().requires_grad_()`, as code that wants
         # a gradient *at* x writes): x still requires grad, nothing before it gets any.
-        Operator("detach_leaf", "detach", "code"),
+        Operator("detach_leaf", "detach", "code", error=_WHOLE_PATH_CUT),
         # A function that runs in the forward or the loss decorated `@torch.no_grad()`: the
         # whole body is unrecorded, wherever it is called from.
-        Operator("no_grad_decorator", "no_grad", "code"),
-        Operator("rewrap", "rewrap", "code"),
-        Operator("new_tensor", "rewrap", "code"),
-        Operator("tolist", "numpy_roundtrip", "code"),
+        Operator("no_grad_decorator", "no_grad", "code", error=_WHOLE_PATH_CUT),
+        Operator("rewrap", "rewrap", "code", error=_WHOLE_PATH_CUT),
+        Operator("new_tensor", "rewrap", "code", error=_WHOLE_PATH_CUT),
+        Operator("tolist", "numpy_roundtrip", "code", error=_WHOLE_PATH_CUT),
         # `torch.Tensor(list)` is no torch function: the op log sees the numbers leave, not
         # the tensor they are rebuilt into.
-        Operator("legacy_ctor", "numpy_roundtrip", "code"),
-        Operator("numpy", "numpy_roundtrip", "code"),
-        Operator("round", "non_differentiable", "code", static=False),
-        Operator("argmax", "non_differentiable", "code", static=False),
-        Operator("int_cast", "non_differentiable", "code", static=False),
+        Operator("legacy_ctor", "numpy_roundtrip", "code", error=_WHOLE_PATH_CUT),
+        Operator("numpy", "numpy_roundtrip", "code", error=_WHOLE_PATH_CUT),
+        Operator("round", "non_differentiable", "code", static=False, error=_WHOLE_PATH_CUT),
+        Operator("argmax", "non_differentiable", "code", static=False, error=_WHOLE_PATH_CUT),
+        Operator("int_cast", "non_differentiable", "code", static=False, error=_WHOLE_PATH_CUT),
         Operator("unused_output", "unused", "code", static=False),
         # A layer run under reentrant activation checkpointing (`use_reentrant=True`, the
         # default before torch 2.4) on an input that does not require grad: the checkpoint's
         # output does not either, and the layer's weights get no gradient (the LoRA /
         # frozen-embedding trap). Whether the input requires grad is known only at run time.
-        Operator("checkpoint_reentrant", "no_grad", "code", static=False),
+        Operator("checkpoint_reentrant", "no_grad", "code", static=False, error=_WHOLE_PATH_CUT),
         Operator(
             "inplace_saved", "inplace_saved", "code", expect_error=True, static=False, error="modified by an inplace"
         ),
@@ -226,6 +234,21 @@ _NOT_TENSOR_CALLS = {
     "get_seq_length",
     "get_usable_length",
 }
+
+
+def _path(name: str) -> str:
+    """`model` followed by the Python that reaches the submodule `named_modules()` calls
+    `name`: `layers.1.self_attn` is `model.layers[1].self_attn` (a list's index is not an
+    attribute), a key that is no identifier is `["key"]` (a `ModuleDict`'s)."""
+    out = "model"
+    for part in name.split("."):
+        if part.isdigit():
+            out += f"[{part}]"
+        elif part.isidentifier() and not keyword.iskeyword(part):
+            out += f".{part}"
+        else:
+            out += f"[{part!r}]"
+    return out
 
 
 def _call_name(node):
@@ -558,16 +581,16 @@ def apply_loop(op: str, source: str, site, file: str, facts: dict) -> Mutant | N
     if op == "optimizer_subset":
         s, child = site
         seg = ast.get_source_segment(source, s) or ""
-        new = seg.replace("model.parameters()", f"model.{child}.parameters()", 1)
-        return mk(_replace_stmt(source, s, new.replace("\n", " ")), [s.lineno], f"optimizer over model.{child}")
+        new = seg.replace("model.parameters()", f"{_path(child)}.parameters()", 1)
+        return mk(_replace_stmt(source, s, new.replace("\n", " ")), [s.lineno], f"optimizer over {_path(child)}")
     if op == "optimizer_before_replace":
         s, lin = site
         src, ln = _insert_after(
             lines,
             s,
-            [f"model.{lin} = torch.nn.Linear(model.{lin}.in_features, model.{lin}.out_features)"],
+            [f"{_path(lin)} = torch.nn.Linear({_path(lin)}.in_features, {_path(lin)}.out_features)"],
         )
-        return mk(src, ln, f"model.{lin} replaced after the optimizer", [s.lineno])
+        return mk(src, ln, f"{_path(lin)} replaced after the optimizer", [s.lineno])
     if op == "zero_grad_order":
         b, opt = site
         src, ln = _insert_after(lines, b, [f"{opt}.zero_grad()"])
@@ -590,9 +613,9 @@ def apply_loop(op: str, source: str, site, file: str, facts: dict) -> Mutant | N
             else "lambda g: g if g.abs().max() > 1e6 else torch.zeros_like(g)"
         )
         src, ln = _insert_after(
-            lines, m, [f"for p in model.{child}.parameters():", f"    p.register_hook({hook})"]
+            lines, m, [f"for p in {_path(child)}.parameters():", f"    p.register_hook({hook})"]
         )
-        return mk(src, ln, f"hook on model.{child} ({variant})")
+        return mk(src, ln, f"hook on {_path(child)} ({variant})")
     if op == "freeze_filter":
         m, variant = site
         head = facts.get("head")
@@ -634,8 +657,8 @@ def apply_loop(op: str, source: str, site, file: str, facts: dict) -> Mutant | N
         return mk(src, [ln[2], ln[1]], "loss kept across steps")
     if op == "inplace_leaf":
         s, lin = site
-        src, ln = _insert_before(lines, s, [f"model.{lin}.weight.clamp_(-1.0, 1.0)"])
-        return mk(src, ln, f"in-place clamp of model.{lin}.weight")
+        src, ln = _insert_before(lines, s, [f"{_path(lin)}.weight.clamp_(-1.0, 1.0)"])
+        return mk(src, ln, f"in-place clamp of {_path(lin)}.weight")
     if op == "create_graph":
         s, kw = site
         call_src = source

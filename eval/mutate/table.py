@@ -78,6 +78,18 @@ def render(result, misses=3):
         cat[r["category"]][2] += r["lint"]["right"]
     lines.append("per category: " + ", ".join(f"{k} {v[1]}/{v[0]} run, {v[2]} lint" for k, v in sorted(cat.items())))
     lines.append("")
+    dropped = result.get("dropped") or {}
+    if dropped:
+        lines.append(
+            "dropped per operator: "
+            + ", ".join(
+                f"{op} {sum(w.values())} ({', '.join(f'{k} {v}' for k, v in sorted(w.items()))})"
+                for op, w in sorted(dropped.items())
+            )
+        )
+    for u in result.get("unparsable") or []:
+        lines.append(f"  an operator wrote code that does not parse: {u}")
+    lines.append("")
     lines.append(f"false alarms on the originals: {len(result['alarms'])}")
     for a in result["alarms"][:20]:
         f = a["finding"]

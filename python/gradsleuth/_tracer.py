@@ -1783,13 +1783,18 @@ class Tracer:
                 return original(outputs, inputs, *args, **kwargs)
             first = outputs[0] if isinstance(outputs, (list, tuple)) and outputs else outputs
             gf = getattr(first, "grad_fn", None)
-            tracer.rec.backward_begin("grad", site_of(sys._getframe(1)), type(gf).__name__ if gf is not None else None)
+            site = site_of(sys._getframe(1))
+            tracer.rec.backward_begin("grad", site, type(gf).__name__ if gf is not None else None)
             tracer._backward_depth += 1
             try:
                 result = original(outputs, inputs, *args, **kwargs)
             except BaseException as e:
                 tracer._backward_depth -= 1
-                tracer._backward_failed(e)
+                # What it was asked to differentiate is the step's loss, as for `backward()`: a
+                # cut of every path to it ("does not require grad") is found in the op log.
+                with own_ops():
+                    tracer._before_backward(first)
+                tracer._backward_failed(e, site)
                 raise
             tracer._backward_depth -= 1
             create_graph = kwargs.get("create_graph", args[2] if len(args) > 2 else False)

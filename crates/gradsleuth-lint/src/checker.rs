@@ -76,6 +76,52 @@ pub fn dotted(expr: &Expr) -> Option<String> {
     }
 }
 
+/// The Python that reaches a submodule, as written: `model.layers[1].fc2`,
+/// `model.classifier[-1]`, `self.heads["cls"]`. [`dotted`] with constant subscripts (a
+/// `Sequential`'s or `ModuleList`'s index, a `ModuleDict`'s key); None for anything computed.
+pub fn module_path(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Name(n) => Some(n.id.to_string()),
+        Expr::Attribute(a) => Some(format!("{}.{}", module_path(&a.value)?, a.attr.id)),
+        Expr::Subscript(s) => {
+            let key = match s.slice.as_ref() {
+                Expr::NumberLiteral(n) => match &n.value {
+                    ruff_python_ast::Number::Int(i) => i.to_string(),
+                    _ => return None,
+                },
+                Expr::UnaryOp(u) if matches!(u.op, ruff_python_ast::UnaryOp::USub) => {
+                    match u.operand.as_ref() {
+                        Expr::NumberLiteral(n) => match &n.value {
+                            ruff_python_ast::Number::Int(i) => format!("-{i}"),
+                            _ => return None,
+                        },
+                        _ => return None,
+                    }
+                }
+                Expr::StringLiteral(k) => format!("{:?}", k.value.to_str()),
+                _ => return None,
+            };
+            Some(format!("{}[{key}]", module_path(&s.value)?))
+        }
+        _ => None,
+    }
+}
+
+/// What follows `owner` in `path` when `path` is `owner` or a part of it (`model` in
+/// `model.layers[1].fc2`: `layers[1].fc2`); `Some("")` for `owner` itself.
+pub fn part_of<'p>(path: &'p str, owner: &str) -> Option<&'p str> {
+    let rest = path.strip_prefix(owner)?;
+    if rest.is_empty() {
+        Some(rest)
+    } else if let Some(r) = rest.strip_prefix('.') {
+        Some(r)
+    } else if rest.starts_with('[') {
+        Some(rest)
+    } else {
+        None
+    }
+}
+
 /// `self.x = Class(...)` / `self.x = nn.Linear(...)` among the statements (not nested scopes).
 fn builds_submodule(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {

@@ -291,6 +291,59 @@ fn of_param<'s>(source: &'s str, params: &HashSet<String>) -> Option<(&'s str, O
     params.contains(root).then_some((root, part))
 }
 
+/// (class, attribute) for each part of a module that a module holding it uses by name: a
+/// method of `Holder` reads `self.sub.attribute` where `Holder` builds `self.sub = Class(...)`.
+fn reached_through_submodules(module: &ModModule) -> HashSet<(String, String)> {
+    #[derive(Default)]
+    struct V {
+        /// `self.sub` -> the class of this file it is built from.
+        built: HashMap<String, String>,
+        /// (`sub`, `attribute`) read as `self.sub.attribute`.
+        read: Vec<(String, String)>,
+    }
+    impl<'a> Visitor<'a> for V {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::Assign(a) = s {
+                if let (Some(class), [Expr::Attribute(t)]) =
+                    (crate::checker::call_name(&a.value), a.targets.as_slice())
+                {
+                    if matches!(t.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") {
+                        let last = class.rsplit('.').next().unwrap_or(&class).to_owned();
+                        self.built.insert(t.attr.id.to_string(), last);
+                    }
+                }
+            }
+            visitor::walk_stmt(self, s);
+        }
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Attribute(a) = e {
+                if let Expr::Attribute(sub) = a.value.as_ref() {
+                    if matches!(sub.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") {
+                        self.read
+                            .push((sub.attr.id.to_string(), a.attr.id.to_string()));
+                    }
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut out = HashSet::new();
+    for s in &module.body {
+        if let Stmt::ClassDef(c) = s {
+            let mut v = V::default();
+            for st in &c.body {
+                v.visit_stmt(st);
+            }
+            for (sub, attr) in v.read {
+                if let Some(class) = v.built.get(&sub).filter(|k| **k != c.name.id.as_str()) {
+                    out.insert((class.clone(), attr));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// One source is the other or a part of it (`model` and `model.bert`): a model is live when
 /// any part of it is, and a part when the whole is.
 fn overlaps(a: &str, b: &str) -> bool {
@@ -431,8 +484,11 @@ pub struct Flow<'a, 'c> {
     summaries: HashMap<FnKey, Deps>,
     in_progress: HashSet<FnKey>,
     backwards: Vec<Deps>,
-    /// `forward` returns, per class.
-    forward_returns: Vec<Deps>,
+    /// Each module class's `forward` return, by class.
+    forward_returns: Vec<(String, Deps)>,
+    /// (class, attribute): a module holding one of `class` uses its `attribute` by name
+    /// ([`reached_through_submodules`]).
+    reached: HashSet<(String, String)>,
     /// Dotted names (and their prefixes) that appear in an optimizer's arguments.
     optimized: HashSet<String>,
     /// Methods whose return value is the loss a framework calls backward on, beside
@@ -686,6 +742,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             in_progress: HashSet::new(),
             backwards: Vec::new(),
             forward_returns: Vec::new(),
+            reached: reached_through_submodules(module),
             optimized: HashSet::new(),
             loss_methods: HashSet::new(),
             frozen: HashSet::new(),
@@ -1022,7 +1079,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 }
             }
         }
-        for d in &self.forward_returns {
+        for (class, d) in &self.forward_returns {
             for (source, cuts) in &d.cut {
                 if !source.starts_with("self.")
                     || is_untrained_copy(source)
@@ -1038,6 +1095,14 @@ impl<'a, 'c> Flow<'a, 'c> {
                     l.strip_prefix(source.as_str())
                         .is_some_and(|r| r.is_empty() || r.starts_with('.'))
                 }) {
+                    continue;
+                }
+                // Used by a module that holds this one, on a path of its own: RF-DETR's
+                // encoder scores its proposals with `enc_out_class_embed` only to pick them by
+                // `topk`, and the detection head runs `self.model.enc_out_class_embed` on the
+                // picked queries for its loss.
+                let attr = source["self.".len()..].split('.').next().unwrap_or("");
+                if self.reached.contains(&(class.clone(), attr.to_owned())) {
                     continue;
                 }
                 for (c, ctx) in cuts {
@@ -1108,7 +1173,8 @@ impl<'a, 'c> Flow<'a, 'c> {
             && class.is_some_and(|c| self.class_attrs.contains_key(c));
         // A selector's output holds integers only (`crate::selector`): not a gradient path.
         if is_forward && !crate::selector::returns_only_integers(f) {
-            self.forward_returns.push(ret.clone());
+            self.forward_returns
+                .push((class.unwrap_or_default().to_owned(), ret.clone()));
         }
         if returns_loss {
             self.backwards.push(ret.clone());

@@ -84,6 +84,11 @@ struct Finder<'n> {
     /// calls runs where its callers decide (a library's `convert_model`, called under
     /// `torch.no_grad()` by another file): whether PyTorch raises is unknown here.
     called: &'n HashSet<String>,
+    /// Classes whose methods a framework calls with gradient recording on: modules (their
+    /// `forward`, through `model(x)`; a LightningModule's `training_step`) and Hugging Face
+    /// `Trainer` subclasses (`compute_loss`, `training_step`).
+    entry_classes: &'n HashSet<String>,
+    class: Vec<String>,
     no_grad: u32,
     loop_params: Vec<String>,
     hits: Vec<TextRange>,
@@ -110,13 +115,25 @@ impl<'a> Visitor<'a> for Finder<'_> {
                 self.no_grad -= 1;
                 return;
             }
+            Stmt::ClassDef(c) => {
+                self.class.push(c.name.id.to_string());
+                visitor::walk_stmt(self, s);
+                self.class.pop();
+                return;
+            }
             Stmt::FunctionDef(f) => {
+                let name = f.name.id.as_str();
+                let entry = matches!(name, "forward" | "training_step" | "compute_loss")
+                    && self
+                        .class
+                        .last()
+                        .is_some_and(|c| self.entry_classes.contains(c));
                 let off = f
                     .decorator_list
                     .iter()
                     .any(|d| disables_grad(&d.expression))
-                    || self.exempt.contains(f.name.id.as_str())
-                    || !self.called.contains(f.name.id.as_str());
+                    || self.exempt.contains(name)
+                    || !(entry || self.called.contains(name));
                 let saved = (self.no_grad, std::mem::take(&mut self.loop_params));
                 self.no_grad = u32::from(off);
                 visitor::walk_stmt(self, s);
@@ -180,9 +197,28 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
     for s in &module.body {
         called.visit_stmt(s);
     }
+    let entry_classes: HashSet<String> = module
+        .body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::ClassDef(c) => Some(c),
+            _ => None,
+        })
+        .filter(|c| {
+            ck.is_module_class(c.name.id.as_str())
+                || c.arguments.as_ref().is_some_and(|a| {
+                    a.args
+                        .iter()
+                        .any(|b| dotted(b).is_some_and(|n| n.ends_with("Trainer")))
+                })
+        })
+        .map(|c| c.name.id.to_string())
+        .collect();
     let mut finder = Finder {
         exempt: &called.names,
         called: &called.with_grad,
+        entry_classes: &entry_classes,
+        class: Vec::new(),
         no_grad: 0,
         loop_params: Vec::new(),
         hits: Vec::new(),
@@ -230,6 +266,21 @@ mod tests {
     #[test]
     fn no_grad_init_and_data_are_fine() {
         let src = "import torch\n\n@torch.no_grad()\ndef init_a(m):\n    m.weight.normal_()\n\ndef init_b(m):\n    m.weight.data.zero_()\n    m.bias.grad.zero_()\n\ndef init_c(m):\n    m.weight.fill_(1.0)\n\nwith torch.no_grad():\n    net.apply(init_c)\n    for p in net.parameters():\n        p -= 0.1 * p.grad\nnet.weight.requires_grad_(False)\n";
+        assert!(codes(src).is_empty());
+    }
+
+    #[test]
+    fn methods_a_framework_calls_with_gradients_on_are_checked() {
+        // Never called by name in the file: `model(x)` calls `forward`, Lightning calls
+        // `training_step`, a Trainer calls `compute_loss`.
+        let src = "import lightning as L\n\nclass Lit(L.LightningModule):\n    def training_step(self, batch, i):\n        self.net.weight.clamp_(-1, 1)\n        return self.net(batch).sum()\n";
+        assert_eq!(codes(src), vec![("GS320".into(), 5)]);
+        let src = "class Net(nn.Module):\n    def forward(self, x):\n        self.fc.weight.mul_(0.5)\n        return self.fc(x)\n";
+        assert_eq!(codes(src), vec![("GS320".into(), 3)]);
+        let src = "class T(Trainer):\n    def compute_loss(self, model, inputs):\n        model.head.bias.zero_()\n        return model(**inputs).loss\n";
+        assert_eq!(codes(src), vec![("GS320".into(), 3)]);
+        // Under no_grad inside, or a method of a class no framework calls: quiet.
+        let src = "class Net(nn.Module):\n    def forward(self, x):\n        with torch.no_grad():\n            self.fc.weight.clamp_(-1, 1)\n        return self.fc(x)\n\nclass Helper:\n    def forward(self, m):\n        m.weight.clamp_(-1, 1)\n";
         assert!(codes(src).is_empty());
     }
 }

@@ -129,4 +129,26 @@ mod tests {
         );
         assert_eq!(codes(&src).len(), 1, "{src}");
     }
+
+    #[test]
+    fn a_scorer_the_holding_model_runs_on_its_own_path_is_not_cut() {
+        // RF-DETR's shape: the encoder ranks proposals with a scorer only to pick them by
+        // `topk`; the detection model runs the same scorer (`self.model.scorer`) on the
+        // picked queries for its loss.
+        let enc = "import torch\nfrom torch import nn\n\nclass Enc(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.scorer = nn.Linear(4, 3)\n        self.proj = nn.Linear(4, 4)\n\n    def forward(self, x):\n        q = self.proj(x)\n        idx = torch.topk(self.scorer(q).max(-1)[0], 2, dim=1)[1]\n        return torch.gather(q, 1, idx.unsqueeze(-1).expand(-1, -1, 4))\n";
+        assert_eq!(codes(enc).len(), 1, "alone, the scorer is cut");
+        let det = format!("{enc}\nclass Det(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.model = Enc()\n\n    def forward(self, x):\n        return self.model.scorer(self.model(x))\n");
+        assert!(codes(&det).is_empty(), "{det}");
+        // The same name read on a module of another class says nothing about this one.
+        let other = det
+            .replace(
+                "self.model.scorer(self.model(x))",
+                "self.aux.scorer(self.model(x))",
+            )
+            .replace(
+                "        self.model = Enc()\n",
+                "        self.model = Enc()\n        self.aux = Aux()\n",
+            );
+        assert_eq!(codes(&other).len(), 1, "{other}");
+    }
 }

@@ -18,7 +18,7 @@ pub(crate) fn parameter_owners(e: &Expr, out: &mut Vec<String>) {
             if let Expr::Call(c) = e {
                 if let Expr::Attribute(a) = c.func.as_ref() {
                     if matches!(a.attr.id.as_str(), "parameters" | "named_parameters") {
-                        if let Some(d) = crate::checker::dotted(&a.value) {
+                        if let Some(d) = crate::checker::module_path(&a.value) {
                             self.0.push(d);
                         }
                     }
@@ -226,9 +226,27 @@ fn replaced_by_call<'e>(
     Some((c.arguments.args.get(*i)?, attr))
 }
 
+/// What a finding calls the replaced part: its path below the optimizer's model, or the
+/// whole path when the optimizer holds that part itself (`SGD(model.fc.parameters())`).
+fn shown(below: &str, path: &str) -> String {
+    if below.is_empty() || below.starts_with('[') {
+        path.to_owned()
+    } else {
+        below.to_owned()
+    }
+}
+
 /// Was `attr` a trained submodule before (so the optimizer now holds stale parameters), or
-/// is it new / a placeholder (so the optimizer misses the new ones)?
+/// is it new / a placeholder (so the optimizer misses the new ones)? An index of a
+/// container (`layers[1]`, `classifier[-1]`) is one that exists: assigning past the end raises.
 fn replaces_trained(ck: &Checker, attr: &str) -> bool {
+    if attr
+        .strip_suffix(']')
+        .and_then(|a| a.rsplit_once('['))
+        .is_some_and(|(_, i)| i.trim_start_matches('-').parse::<u64>().is_ok())
+    {
+        return true;
+    }
     let last = attr.rsplit('.').next().unwrap_or(attr);
     let needle = format!("self.{last} = ");
     ck.source.match_indices(&needle).any(|(i, _)| {
@@ -263,6 +281,75 @@ fn built_elsewhere(ck: &Checker, owner: &str) -> bool {
     !(defined(first) || defined(last))
 }
 
+/// Names bound in `e` (loaded).
+fn names_in(e: &Expr) -> Vec<String> {
+    use ruff_python_ast::visitor::{self, Visitor};
+    struct V(Vec<String>);
+    impl<'a> Visitor<'a> for V {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Name(n) = e {
+                self.0.push(n.id.to_string());
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut v = V(Vec::new());
+    v.visit_expr(e);
+    v.0
+}
+
+/// An optimizer that holds the parameters a later statement replaced.
+struct Hit {
+    optimizer: TextRange,
+    replacement: TextRange,
+    /// The replaced part as the finding names it.
+    attr: String,
+    /// The model the optimizer reads.
+    owner: String,
+    path: String,
+    /// Read from a list of parameters taken before the replacement.
+    from_list: bool,
+    /// The replacement read the part it replaces (so that part existed).
+    existed: bool,
+}
+
+/// Whether `e` reads `path` (`model.fc` in `nn.Linear(model.fc.in_features, 3)`).
+fn reads_path(e: &Expr, path: &str) -> bool {
+    use ruff_python_ast::visitor::{self, Visitor};
+    struct V<'p>(&'p str, bool);
+    impl<'a> Visitor<'a> for V<'_> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if !self.1 && crate::checker::module_path(e).is_some_and(|p| p == self.0) {
+                self.1 = true;
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut v = V(path, false);
+    v.visit_expr(e);
+    v.1
+}
+
+/// `value` builds a collection now (`list(...)`, a comprehension), rather than a generator
+/// that reads the model when it is consumed.
+fn materializes(value: &Expr) -> bool {
+    match value {
+        Expr::ListComp(_) | Expr::SetComp(_) | Expr::DictComp(_) => true,
+        Expr::Call(c) => matches!(c.func.as_ref(), Expr::Name(n)
+            if matches!(n.id.as_str(), "list" | "tuple" | "set" | "sorted" | "dict")),
+        _ => false,
+    }
+}
+
+/// A list of a model's parameters taken at one point of the body (`params =
+/// list(model.parameters())`, `head = [p for n, p in named if ...]`): an optimizer built
+/// from it later holds the parameters as they were then.
+struct Snapshot {
+    owners: Vec<String>,
+    /// Position of the statement that took it, among the body's statements.
+    at: usize,
+}
+
 pub fn check(
     ck: &mut Checker,
     body: &[Stmt],
@@ -272,28 +359,69 @@ pub fn check(
 ) {
     let mut stmts = Vec::new();
     flatten(body, &mut stmts);
-    // (optimizer call range, its owners, still current)
+    // (optimizer call range, its owners)
     let mut optimizers: Vec<(TextRange, Vec<String>)> = Vec::new();
-    // (optimizer, replacement, replaced attribute, the model it belongs to)
-    let mut hits: Vec<(TextRange, TextRange, String, String)> = Vec::new();
-    for s in stmts {
+    let mut hits: Vec<Hit> = Vec::new();
+    let mut snapshots: std::collections::HashMap<String, Snapshot> = Default::default();
+    // Every replacement so far: (position, range, full path, the old part was read).
+    let mut replaced: Vec<(usize, TextRange, String, bool)> = Vec::new();
+    for (at, s) in stmts.into_iter().enumerate() {
         let (targets, value): (Vec<&Expr>, Option<&Expr>) = match s {
             Stmt::Assign(a) => (a.targets.iter().collect(), Some(&a.value)),
+            Stmt::AnnAssign(a) => (vec![a.target.as_ref()], a.value.as_deref()),
             Stmt::Expr(e) => (Vec::new(), Some(&e.value)),
             _ => continue,
         };
         let Some(value) = value else { continue };
+        // The models whose parameters `value` reads, directly or through a snapshot, and the
+        // earliest point those parameters were read.
+        let mut owners = Vec::new();
+        parameter_owners(value, &mut owners);
+        let mut taken = at;
+        let mut reads_snapshot = false;
+        for n in names_in(value) {
+            if let Some(snap) = snapshots.get(&n) {
+                owners.extend(snap.owners.iter().cloned());
+                taken = taken.min(snap.at);
+                reads_snapshot = true;
+            }
+        }
         if is_optimizer_call(value) {
-            let mut owners = Vec::new();
-            parameter_owners(value, &mut owners);
             let aliases: Vec<String> = owners
                 .iter()
                 .flat_map(|o| held_aliases(held, class, o))
                 .collect();
             owners.extend(aliases);
-            // A new optimizer over the same model supersedes the old one.
+            // A new optimizer over the same model supersedes the old one; one over a replaced
+            // part (`SGD(model.fc.parameters())` after `model.fc = ...`) holds the new
+            // parameters, unless it reads them from a list taken before.
             optimizers.retain(|(_, o)| !o.iter().any(|x| owners.contains(x)));
-            hits.retain(|(opt, _, _, _)| optimizers.iter().any(|(r, _)| r == opt));
+            hits.retain(|h| {
+                optimizers.iter().any(|(r, _)| *r == h.optimizer)
+                    && !(taken == at
+                        && owners
+                            .iter()
+                            .any(|o| crate::checker::part_of(&h.path, o).is_some()))
+            });
+            // Built from a list taken before a replacement: the old parameters.
+            for (_, range, path, existed) in replaced.iter().filter(|r| r.0 > taken) {
+                let owned = owners.iter().find_map(|o| {
+                    crate::checker::part_of(path, o).map(|a| (o.clone(), shown(a, path)))
+                });
+                if let (Some((owner, attr)), false) =
+                    (owned, hits.iter().any(|h| h.optimizer == value.range()))
+                {
+                    hits.push(Hit {
+                        optimizer: value.range(),
+                        replacement: *range,
+                        attr,
+                        owner,
+                        path: path.clone(),
+                        from_list: true,
+                        existed: *existed,
+                    });
+                }
+            }
             if !owners.is_empty() {
                 optimizers.push((value.range(), owners));
             }
@@ -309,38 +437,81 @@ pub fn check(
         // `adapt(model, 3)` replaces `model.<something>`.
         let via_call = replaced_by_call(value, replacing);
         let targets: Vec<(String, &Expr)> = match (new_params, via_call) {
+            // A bare name rebound (`model = DDP(model)`) is not a part replaced.
             (true, _) => targets
                 .into_iter()
-                .filter_map(|t| crate::checker::dotted(t).map(|d| (d, t)))
+                .filter(|t| !matches!(t, Expr::Name(_)))
+                .filter_map(|t| crate::checker::module_path(t).map(|d| (d, t)))
                 .collect(),
-            (false, Some((arg, attr))) => crate::checker::dotted(arg)
+            (false, Some((arg, attr))) => crate::checker::module_path(arg)
                 .map(|d| vec![(format!("{d}.{attr}"), value)])
                 .unwrap_or_default(),
-            _ => continue,
+            _ => {
+                // A name bound to a list of parameters keeps the point it was taken. A bare
+                // `model.parameters()` is a generator: it reads the model when consumed.
+                let list =
+                    materializes(value) || (reads_snapshot && !matches!(value, Expr::Generator(_)));
+                for t in &targets {
+                    if let Expr::Name(n) = t {
+                        if owners.is_empty() || !list {
+                            snapshots.remove(n.id.as_str());
+                        } else {
+                            snapshots.insert(
+                                n.id.to_string(),
+                                Snapshot {
+                                    owners: owners.clone(),
+                                    at: taken,
+                                },
+                            );
+                        }
+                    }
+                }
+                continue;
+            }
         };
         for (target, t) in targets {
+            // `model.fc = nn.Linear(model.fc.in_features, 3)` read the part it replaces.
+            let existed = reads_path(value, &target);
+            replaced.push((at, t.range(), target.clone(), existed));
             for (opt, owners) in &optimizers {
                 let owned = owners.iter().find_map(|o| {
-                    target
-                        .strip_prefix(&format!("{o}."))
-                        .map(|a| (o.clone(), a.to_owned()))
+                    crate::checker::part_of(&target, o).map(|a| (o.clone(), shown(a, &target)))
                 });
-                if let (Some((owner, attr)), false) = (owned, hits.iter().any(|h| h.0 == *opt)) {
-                    hits.push((*opt, t.range(), attr, owner));
+                if let (Some((owner, attr)), false) =
+                    (owned, hits.iter().any(|h| h.optimizer == *opt))
+                {
+                    hits.push(Hit {
+                        optimizer: *opt,
+                        replacement: t.range(),
+                        attr,
+                        owner,
+                        path: target.clone(),
+                        from_list: false,
+                        existed,
+                    });
                 }
             }
         }
     }
-    for (opt, replaced, attr, owner) in hits {
+    for Hit {
+        optimizer: opt,
+        replacement: replaced,
+        attr,
+        owner,
+        from_list,
+        existed,
+        ..
+    } in hits
+    {
         let loc = ck.location(&opt);
         let related = ck.location(&replaced);
         // One category per cause, as the runtime tells it: replacing a layer the model had
         // (the optimizer keeps stepping the old tensors) is `optimizer_stale`; adding a new one
         // is `optimizer_missing`. A model built by a class this file does not define (a
         // library's) is fine-tuned by replacing its head: nothing added to it would run.
-        let stale = replaces_trained(ck, &attr) || built_elsewhere(ck, &owner);
+        let stale = existed || replaces_trained(ck, &attr) || built_elsewhere(ck, &owner);
         let mut f = RULE
-            .finding(format!("The optimizer is built before `{attr}` is replaced: the new parameters get gradients but are never updated{}.", if stale { ", while the optimizer keeps updating the old ones" } else { "" }))
+            .finding(format!("The optimizer is built {} `{attr}` is replaced: the new parameters get gradients but are never updated{}.", if from_list { "from parameters listed before" } else { "before" }, if stale { ", while the optimizer keeps updating the old ones" } else { "" }))
             .at(Some(loc))
             .fix("Build the optimizer after the model is final, or call `optimizer.add_param_group({\"params\": new_module.parameters()})`.");
         if stale {
@@ -348,7 +519,12 @@ pub fn check(
         }
         f.related.push(Related {
             location: related,
-            message: "replaced here, after the optimizer took the old parameters".into(),
+            message: if from_list {
+                "replaced here, after the list took the old parameters"
+            } else {
+                "replaced here, after the optimizer took the old parameters"
+            }
+            .into(),
         });
         ck.report(f);
     }
@@ -403,6 +579,58 @@ mod tests {
         let src = "def adapt(model, n):\n    model.fc = nn.Linear(16, n)\n    return model\n\ndef unrelated(model):\n    model.eval()\n\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nunrelated(model)\nmodel = adapt(model, 3)\n";
         assert_eq!(codes(src), vec![("GS322".into(), 8)]);
         let src = "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.extra = nn.Linear(4, 4)\nopt.add_param_group({'params': model.extra.parameters()})\n";
+        assert!(codes(src).is_empty());
+    }
+
+    #[test]
+    fn a_part_reached_by_index_or_key_is_replaced_too() {
+        use gradsleuth_model::Category;
+        // torchvision's fine-tuning idiom, a layer of a stack, a `ModuleDict` entry.
+        for target in [
+            "model.classifier[-1]",
+            "model.layers[1].mlp.fc2",
+            "model.features[3][0].block[5]",
+            "model.heads[\"cls\"]",
+        ] {
+            let src = format!("import torchvision\nmodel = torchvision.models.vgg11()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n{target} = nn.Linear(4096, 3)\n");
+            let f = crate::lint_source("t.py", &src).unwrap();
+            assert_eq!(f.len(), 1, "{target}: {f:?}");
+            assert_eq!(f[0].location.as_ref().unwrap().line, 3);
+            assert_eq!(f[0].category, Category::OptimizerStale, "{target}");
+        }
+        // An index of a stack of this file's model existed before: stale, not missing.
+        let src = "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.blocks[1] = nn.Linear(4, 4)\n";
+        let f = crate::lint_source("t.py", src).unwrap();
+        assert_eq!(f[0].category, Category::OptimizerStale);
+        // A layer of a library class inside this file's model, read by its replacement: it existed.
+        let src = "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2), 2)\nmodel = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.encoder.layers[1].linear2 = nn.Linear(model.encoder.layers[1].linear2.in_features, 8)\n";
+        let f = crate::lint_source("t.py", src).unwrap();
+        assert_eq!(f[0].category, Category::OptimizerStale);
+        // A computed index is not read; rebinding the model's own name is not a part replaced.
+        let src = "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.layers[i] = nn.Linear(4, 4)\nmodel = DDP(model)\n";
+        assert!(codes(src).is_empty());
+    }
+
+    #[test]
+    fn a_list_of_parameters_taken_before_the_replacement_holds_the_old_ones() {
+        // The optimizer reads a list made from the model's parameters, before or after the
+        // replacement: what counts is when the list was taken.
+        let src = "named = list(model.named_parameters())\nhead = [p for n, p in named if n.startswith('fc')]\nbody = [p for n, p in named if not n.startswith('fc')]\nopt = torch.optim.AdamW(body, lr=1e-4)\nmodel.fc = nn.Linear(512, 3)\nhead_opt = torch.optim.AdamW(head, lr=1e-3)\n";
+        // The second optimizer over the model supersedes the first, as a rebuilt one does.
+        assert_eq!(codes(src), vec![("GS322".into(), 6)]);
+        let src = "params = list(model.fc.parameters())\nmodel.fc = nn.Linear(512, 3)\nopt = torch.optim.SGD(params, lr=0.1)\n";
+        assert_eq!(codes(src), vec![("GS322".into(), 3)]);
+        // Taken after the replacement, or the replaced part given to an optimizer of its own
+        // afterwards: fine.
+        let src = "model.fc = nn.Linear(512, 3)\nparams = list(model.parameters())\nopt = torch.optim.SGD(params, lr=0.1)\n";
+        assert!(codes(src).is_empty());
+        let src = "opt = torch.optim.SGD(model.fc.parameters(), lr=0.1)\nmodel.fc = nn.Linear(512, 3)\nopt = torch.optim.SGD(model.fc.parameters(), lr=0.1)\n";
+        assert!(codes(src).is_empty());
+        // A generator reads the model when the optimizer consumes it.
+        let src = "params = model.parameters()\nmodel.fc = nn.Linear(512, 3)\nopt = torch.optim.SGD(params, lr=0.1)\n";
+        assert!(codes(src).is_empty());
+        // A list rebound to something else is no longer a snapshot.
+        let src = "params = list(model.parameters())\nmodel.fc = nn.Linear(512, 3)\nparams = list(model.parameters())\nopt = torch.optim.SGD(params, lr=0.1)\n";
         assert!(codes(src).is_empty());
     }
 }

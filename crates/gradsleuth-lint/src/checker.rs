@@ -107,6 +107,34 @@ pub fn module_path(expr: &Expr) -> Option<String> {
     }
 }
 
+/// The [`module_path`] of every sub-expression of `e` that has one, outermost first
+/// (`nn.Linear(model.fc.in_features, n)`: `nn.Linear`, `nn`, `model.fc.in_features`, ...).
+pub fn module_paths(e: &Expr) -> Vec<String> {
+    struct Paths(Vec<String>);
+    impl<'a> Visitor<'a> for Paths {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Some(p) = module_path(e) {
+                self.0.push(p);
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut v = Paths(Vec::new());
+    v.visit_expr(e);
+    v.0
+}
+
+/// A Hugging Face `Trainer` subclass (`Trainer`, `Seq2SeqTrainer`, TRL's `SFTTrainer`): the
+/// trainer calls its `compute_loss` and `training_step` with gradients on and calls backward
+/// on what `compute_loss` returns.
+pub fn is_trainer_class(c: &ruff_python_ast::StmtClassDef) -> bool {
+    c.arguments.as_ref().is_some_and(|a| {
+        a.args.iter().any(|b| {
+            dotted(b).is_some_and(|n| n.rsplit('.').next().unwrap_or(&n).ends_with("Trainer"))
+        })
+    })
+}
+
 /// What follows `owner` in `path` when `path` is `owner` or a part of it (`model` in
 /// `model.layers[1].fc2`: `layers[1].fc2`); `Some("")` for `owner` itself.
 pub fn part_of<'p>(path: &'p str, owner: &str) -> Option<&'p str> {

@@ -850,11 +850,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         // A Hugging Face `Trainer` subclass (`Trainer`, `Seq2SeqTrainer`, TRL's `SFTTrainer`):
         // the trainer builds the optimizer over the `model` its `compute_loss` and
         // `training_step` are given, and calls backward on what `compute_loss` returns.
-        let is_trainer = c.arguments.as_ref().is_some_and(|a| {
-            a.args.iter().any(|b| {
-                dotted(b).is_some_and(|n| n.rsplit('.').next().unwrap_or(&n).ends_with("Trainer"))
-            })
-        });
+        let is_trainer = crate::checker::is_trainer_class(c);
         let mut stateless = HashMap::new();
         let mut asked = AskedParameters::default();
         for s in &c.body {

@@ -204,14 +204,7 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
             Stmt::ClassDef(c) => Some(c),
             _ => None,
         })
-        .filter(|c| {
-            ck.is_module_class(c.name.id.as_str())
-                || c.arguments.as_ref().is_some_and(|a| {
-                    a.args
-                        .iter()
-                        .any(|b| dotted(b).is_some_and(|n| n.ends_with("Trainer")))
-                })
-        })
+        .filter(|c| ck.is_module_class(c.name.id.as_str()) || crate::checker::is_trainer_class(c))
         .map(|c| c.name.id.to_string())
         .collect();
     let mut finder = Finder {

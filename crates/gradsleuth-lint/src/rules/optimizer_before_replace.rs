@@ -281,23 +281,6 @@ fn built_elsewhere(ck: &Checker, owner: &str) -> bool {
     !(defined(first) || defined(last))
 }
 
-/// Names bound in `e` (loaded).
-fn names_in(e: &Expr) -> Vec<String> {
-    use ruff_python_ast::visitor::{self, Visitor};
-    struct V(Vec<String>);
-    impl<'a> Visitor<'a> for V {
-        fn visit_expr(&mut self, e: &'a Expr) {
-            if let Expr::Name(n) = e {
-                self.0.push(n.id.to_string());
-            }
-            visitor::walk_expr(self, e);
-        }
-    }
-    let mut v = V(Vec::new());
-    v.visit_expr(e);
-    v.0
-}
-
 /// An optimizer that holds the parameters a later statement replaced.
 struct Hit {
     optimizer: TextRange,
@@ -311,23 +294,6 @@ struct Hit {
     from_list: bool,
     /// The replacement read the part it replaces (so that part existed).
     existed: bool,
-}
-
-/// Whether `e` reads `path` (`model.fc` in `nn.Linear(model.fc.in_features, 3)`).
-fn reads_path(e: &Expr, path: &str) -> bool {
-    use ruff_python_ast::visitor::{self, Visitor};
-    struct V<'p>(&'p str, bool);
-    impl<'a> Visitor<'a> for V<'_> {
-        fn visit_expr(&mut self, e: &'a Expr) {
-            if !self.1 && crate::checker::module_path(e).is_some_and(|p| p == self.0) {
-                self.1 = true;
-            }
-            visitor::walk_expr(self, e);
-        }
-    }
-    let mut v = V(path, false);
-    v.visit_expr(e);
-    v.1
 }
 
 /// `value` builds a collection now (`list(...)`, a comprehension), rather than a generator
@@ -379,7 +345,7 @@ pub fn check(
         parameter_owners(value, &mut owners);
         let mut taken = at;
         let mut reads_snapshot = false;
-        for n in names_in(value) {
+        for n in crate::checker::module_paths(value) {
             if let Some(snap) = snapshots.get(&n) {
                 owners.extend(snap.owners.iter().cloned());
                 taken = taken.min(snap.at);
@@ -471,7 +437,7 @@ pub fn check(
         };
         for (target, t) in targets {
             // `model.fc = nn.Linear(model.fc.in_features, 3)` read the part it replaces.
-            let existed = reads_path(value, &target);
+            let existed = crate::checker::module_paths(value).contains(&target);
             replaced.push((at, t.range(), target.clone(), existed));
             for (opt, owners) in &optimizers {
                 let owned = owners.iter().find_map(|o| {

@@ -213,6 +213,18 @@ def test_a_job_started_by_accelerate_launch_is_observed_in_its_worker(tmp_path):
     assert f["location"]["file"] == "accelerate_detach.py" and f["location"]["line"] == 15
 
 
+def test_accelerates_clipping_with_a_bound_of_0_is_named_at_the_scripts_call(tmp_path):
+    """`accelerator.clip_grad_norm_` clips with `clip_grads_with_norm_` where torch has it, not
+    `clip_grad_norm_`: the zero bound is still found, told at the script's line by the call the
+    script made."""
+    report = _run(tmp_path, HERE / "accelerate_clip_zero.py")
+    [f] = _loud(report)
+    assert f["category"] == "grad_clip", f
+    assert f["location"]["file"] == "accelerate_clip_zero.py" and f["location"]["line"] == 19
+    assert f["message"].startswith("`Accelerator.clip_grad_norm_` clips with a bound of 0"), f["message"]
+    assert sorted(f["params"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+
+
 def test_a_job_started_by_fabric_run_is_observed_in_both_ranks_under_the_users_names(tmp_path):
     """`fabric run` (Lightning's `lightning run model`) starts rank 0 and re-executes the script
     for rank 1: both are traced through the bootstrap, and Fabric's `_FabricModule` and DDP

@@ -39,9 +39,9 @@ class Operator:
     kind: str  # "code", "init", "loop"
     expect_error: bool = False
     static: bool = True  # visible to lint without running
-    # What torch says when the bug raises (a mutant raising anything else failed for another
-    # reason and is dropped).
-    error: str | None = None
+    # What torch says when the bug raises, or any of several messages (a mutant raising anything
+    # else failed for another reason and is dropped).
+    error: str | tuple[str, ...] | None = None
 
 
 # What torch says when a cut takes every path from the parameters to the loss: backward
@@ -56,7 +56,20 @@ OPERATORS = {
         Operator("detach", "detach", "code", error=_WHOLE_PATH_CUT),
         Operator("data", "data_attr", "code", error=_WHOLE_PATH_CUT),
         Operator("no_grad", "no_grad", "code", error=_WHOLE_PATH_CUT),
-        Operator("inference_mode", "no_grad", "code", expect_error=True, error="Inference tensors"),
+        # Every way torch refuses an inference tensor later (saved for backward; updated in
+        # place outside the mode, as a buffer or a view), or the whole path cut.
+        Operator(
+            "inference_mode",
+            "no_grad",
+            "code",
+            expect_error=True,
+            error=(
+                "Inference tensors",
+                "inference tensor outside InferenceMode",
+                "created in inference mode",
+                _WHOLE_PATH_CUT,
+            ),
+        ),
         Operator("set_grad_enabled", "no_grad", "code", error=_WHOLE_PATH_CUT),
         # A value drawn with `Distribution.sample()` (meant: `rsample()`): torch turns
         # recording off inside the call; lint cannot tell a REINFORCE draw from this.

@@ -642,6 +642,27 @@ SUBJECTS = [
         "two_optimizers",
         rebind=True,
     ),
+    # The same models in Accelerate's loop.
+    Subject(
+        "hf_roberta_accelerate",
+        "transformers",
+        "transformers.models.roberta.modeling_roberta",
+        _hf(
+            "RobertaForSequenceClassification",
+            "RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, "
+            "vocab_size=100, max_position_embeddings=40, num_labels=3)",
+        ),
+        _TOKENS,
+        "accelerate",
+    ),
+    Subject(
+        "tv_mnasnet_accelerate",
+        "torchvision",
+        "torchvision.models.mnasnet",
+        "model = M.mnasnet0_5(num_classes=10)\n",
+        _IMAGE,
+        "accelerate",
+    ),
     Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),
     Subject("nn_encoder", "torch", "torch.nn.modules.transformer", _NN_ENCODER, _SEQ_TOKENS, "amp"),
     Subject("nn_lstm", "torch", "torch.nn.modules.rnn", _NN_LSTM, _SEQ_TOKENS),
@@ -796,6 +817,29 @@ trainer = L.Trainer(
     default_root_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_out"),
 )
 trainer.fit(lit, torch.utils.data.DataLoader(range(STEPS), batch_size=1))
+''',
+    # Hugging Face Accelerate's loop (the style of its `by_feature/gradient_accumulation.py`):
+    # `prepare`, `accumulate`, `accelerator.backward`, clipping only on the synchronising
+    # micro-step; the wrapped optimizer steps every micro-step and applies every second one.
+    "accelerate": '''
+from accelerate import Accelerator  # noqa: E402
+
+accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0)
+model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+max_norm = 1.0
+model.train()
+for i in range(STEPS * 2):
+    batch = make_batch(i)
+    with accelerator.accumulate(model):
+        loss = compute_loss(model, batch)
+        accelerator.backward(loss)
+        if accelerator.sync_gradients:
+            accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
 ''',
 }
 

@@ -104,6 +104,12 @@ pub struct Facts {
 
 impl Facts {
     pub fn derive(capture: &Capture) -> Facts {
+        Self::derive_with(capture, &mut gradsleuth_source::SourceCache::new())
+    }
+
+    /// The facts, reading the script's source where the capture alone cannot tell (whether a
+    /// step was still to come when the script raised).
+    pub fn derive_with(capture: &Capture, source: &mut gradsleuth_source::SourceCache) -> Facts {
         let mut by_opt: HashMap<u64, Vec<u64>> = HashMap::new();
         for o in &capture.optimizers {
             for &p in &o.params {
@@ -138,15 +144,25 @@ impl Facts {
             capture.backwards.len() as u32
         };
 
-        // The script raised before its loop came around: a step it had not taken yet may
+        // The script raised before its loop came around, or before it reached the step its
+        // loop takes after the backward (every N batches under gradient accumulation, where
+        // the loop comes around without a step by design): a step it had not taken yet may
         // simply not have been reached.
         let cut_short = capture.error.is_some() && {
             let mut lines = std::collections::HashSet::new();
-            !capture.backwards.iter().any(|b| {
+            let came_around = capture.backwards.iter().any(|b| {
                 b.location
                     .as_ref()
                     .is_some_and(|l| !lines.insert((l.file.as_str(), l.line)))
-            })
+            });
+            let step_ahead = capture.steps.is_empty()
+                && capture.scaler_steps.is_empty()
+                && capture
+                    .backwards
+                    .first()
+                    .and_then(|b| b.location.as_ref())
+                    .is_some_and(|l| source.step_later_in_loop(&l.file, l.line).is_some());
+            !came_around || step_ahead
         };
         let uncalled = uncalled_layers(capture);
         let mut tensors = BTreeMap::new();

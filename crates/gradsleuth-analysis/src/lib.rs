@@ -29,8 +29,8 @@ pub struct Context<'a> {
 
 impl<'a> Context<'a> {
     pub fn new(capture: &'a Capture) -> Self {
-        let source = SourceCache::new();
-        let facts = Facts::derive(capture);
+        let mut source = SourceCache::new();
+        let facts = Facts::derive_with(capture, &mut source);
         Context {
             capture,
             facts,

@@ -341,6 +341,9 @@ struct Step {
     checkpoint: Option<bool>,
     /// Recording turns on/off without an op the log sees (`inference_mode`'s C++ guard).
     grad_mode: Option<bool>,
+    /// Capture begins with recording already off, at this step's lines (the tracer's
+    /// `grad_disabled_at_start`: a step called under a caller's `no_grad`).
+    off_at_start: bool,
     /// The output's node depends on these names' nodes instead of its inputs' (the
     /// derivative `autograd.grad(..., create_graph=True)` returns depends on what it does).
     deps: Option<Vec<String>>,
@@ -497,6 +500,10 @@ fn run_fixture(path: &Path) -> Value {
         }
         if let Some(on) = step.grad_mode {
             w.grad_enabled = on;
+        }
+        if step.off_at_start {
+            w.grad_enabled = false;
+            log.grad_disabled_at_start(&mut Fake(&mut w));
         }
         if let Some(when) = &step.inference_entered {
             let site = w.stack.first().cloned().unwrap();

@@ -462,11 +462,20 @@ pub(crate) fn is_optimizer_ctor(name: &str) -> bool {
         "SparseAdam",
         "Muon",
     ];
+    // Not a learning-rate schedule (`torch.optim.lr_scheduler.LambdaLR`, `OneCycleLR`,
+    // `ReduceLROnPlateau`, `CosineAnnealingWarmRestarts`) nor SWA's averaged copy
+    // (`torch.optim.swa_utils.AveragedModel`, `SWALR`): they wrap an optimizer or a model.
+    let schedule = name.contains("lr_scheduler")
+        || name.contains("swa_utils")
+        || last.ends_with("LR")
+        || last.starts_with("LR")
+        || last.contains("Scheduler")
+        || last.contains("Plateau")
+        || last.contains("WarmRestarts");
     TORCH_OPTIMIZERS.contains(&last)
         || (name.contains("optim.") || name.starts_with("optim"))
             && last.chars().next().is_some_and(char::is_uppercase)
-            && !last.contains("Scheduler")
-            && !last.starts_with("LR")
+            && !schedule
 }
 
 /// The data flow over a file.

@@ -379,6 +379,97 @@ impl SourceCache {
             .map(|i| i as u32 + 1)
     }
 
+    /// An optimizer step later in the loop that runs `line` (a `backward()`): the first line
+    /// after it, in the innermost enclosing `for`/`while` body, calling `.step(` on something
+    /// that is not a learning-rate schedule (`optimizer.step()`, `scaler.step(opt)`, a step
+    /// under `if (i + 1) % accumulate == 0:`). None outside a loop, or with no step after it.
+    pub fn step_later_in_loop(&mut self, file: &str, line: u32) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let head = enclosing(lines, line).find(|&i| {
+            let t = lines[i].trim_start();
+            t.starts_with("for ") || t.starts_with("while ") || t.starts_with("async for ")
+        })?;
+        let indent = indentation(&lines[head]);
+        let steps = |l: &str| {
+            let code = strip_comment(l);
+            code.match_indices(".step(").any(|(i, _)| {
+                let receiver = code[..i]
+                    .rsplit(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase();
+                !receiver.is_empty() && !receiver.contains("sched") && !receiver.ends_with("lr")
+            })
+        };
+        (line as usize..lines.len())
+            .take_while(|&i| {
+                let t = lines[i].trim();
+                t.is_empty() || t.starts_with('#') || indentation(&lines[i]) > indent
+            })
+            .find(|&i| steps(&lines[i]))
+            .map(|i| i as u32 + 1)
+    }
+
+    /// The first line of the function defined at `def_line` that calls the submodule
+    /// `self.<attr>`: `self.attr(...)`, `self.attr[i](...)`, or, in a loop over it
+    /// (`for layer in self.attr:`, `for i, layer in enumerate(self.attr):`), the loop variable
+    /// called (`layer(...)`). None when the function has no such call.
+    pub fn submodule_call(&mut self, file: &str, def_line: u32, attr: &str) -> Option<u32> {
+        let lines = self.lines(file)?;
+        let def = (def_line as usize).checked_sub(1)?;
+        let indent = indentation(lines.get(def)?);
+        let own = format!("self.{attr}");
+        let direct = |l: &str| {
+            l.match_indices(&own).any(|(i, _)| {
+                let rest = &l[i + own.len()..];
+                let named =
+                    !l[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.');
+                named && (rest.starts_with('(') || (rest.starts_with('[') && rest.contains("](")))
+            })
+        };
+        // Loop variables bound to the container's items, with the loop's indentation.
+        let mut items: Vec<(String, usize)> = Vec::new();
+        // The body starts after the signature, which may span lines (`def forward(\n self,`).
+        let body = statement_end(lines, def, 40) + 1;
+        for (i, line) in lines.iter().enumerate().skip(body) {
+            let t = strip_comment(line).trim();
+            if t.is_empty() {
+                continue;
+            }
+            let ind = indentation(line);
+            if ind <= indent {
+                break;
+            }
+            items.retain(|(_, loop_indent)| ind > *loop_indent);
+            if direct(t) {
+                return Some(i as u32 + 1);
+            }
+            if items.iter().any(|(v, _)| {
+                t.match_indices(&format!("{v}(")).any(|(j, _)| {
+                    !t[..j].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.')
+                })
+            }) {
+                return Some(i as u32 + 1);
+            }
+            if let Some(head) = t.strip_prefix("for ").and_then(|h| h.split_once(" in ")) {
+                let iter = head.1.trim_end_matches(':').trim();
+                let over = iter == own
+                    || iter
+                        .strip_prefix("enumerate(")
+                        .is_some_and(|r| r.trim_end_matches(')').trim() == own);
+                if over {
+                    if let Some(v) = head.0.rsplit(',').next() {
+                        let v = v.trim().trim_end_matches(')').trim();
+                        if !v.is_empty() && v.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                            items.push((v.to_owned(), ind));
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
     /// The condition that decides whether `line` runs: a conditional expression on the line
     /// itself (`aux = self.aux(x) if train else None`), or the nearest `if`/`elif`/`while`/
     /// `case` header enclosing it in its function (for an `else:`, the `if` it belongs to).
@@ -482,11 +573,26 @@ impl SourceCache {
     }
 
     /// The first line of `file` that assigns an attribute named `attr` of some object
-    /// (`model.classifier = nn.Linear(...)`, `net.backbone.fc = ...`), outside `self.` code:
-    /// where a script replaces a layer.
+    /// (`model.classifier = nn.Linear(...)`, `net.backbone.fc = ...`), or the item `attr` of a
+    /// container when `attr` is an index (`model.features[3] = ...`), reached through
+    /// attributes, indices and keys (`model.model.decoder.layers[1].fc1 = ...`,
+    /// `model.heads["cls"].proj = ...`), outside `self.` code: where a script replaces a layer.
     pub fn attribute_replacement(&mut self, file: &str, attr: &str) -> Option<Location> {
         let lines = self.lines(file)?;
-        let needle = format!(".{attr}");
+        let needles = if attr.chars().all(|c| c.is_ascii_digit()) {
+            vec![format!("[{attr}]"), format!(".{attr}")]
+        } else {
+            vec![format!(".{attr}")]
+        };
+        // An access path: names, dots, and brackets holding an integer or a quoted key.
+        let path = |p: &str| {
+            p.chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+                && p.chars()
+                    .all(|c| c.is_alphanumeric() || "_.[]-'\"".contains(c))
+                && bracket_balance(p) == 0
+        };
         let i = lines.iter().position(|l| {
             let code = strip_comment(l).trim_start();
             let Some(eq) = code.find('=') else {
@@ -495,11 +601,10 @@ impl SourceCache {
             let target = code[..eq].trim_end();
             !code[eq..].starts_with("==")
                 && !target.ends_with(['!', '<', '>', '+', '-', '*', '/'])
-                && target.ends_with(&needle)
                 && !target.starts_with("self.")
-                && target[..target.len() - needle.len()]
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                && needles
+                    .iter()
+                    .any(|n| target.strip_suffix(n.as_str()).is_some_and(&path))
         })?;
         Some(self.location(file, i as u32 + 1))
     }
@@ -742,6 +847,85 @@ mod branch_tests {
         let mut s = super::SourceCache::new();
         assert_eq!(s.attribute_replacement(f, "fc").map(|l| l.line), Some(5));
         assert_eq!(s.attribute_replacement(f, "head"), None);
+        // Reached through indices and keys; an index replaced in a container.
+        std::fs::write(
+            f,
+            "opt = SGD(model.parameters())\nscores[i] = 0\nmodel.model.decoder.layers[1].fc1 = nn.Linear(4, 4)\nmodel.heads[\"cls\"].proj = nn.Linear(4, 2)\nmodel.features[3] = nn.Conv2d(3, 3, 1)\nx.fc2[: n] = 0\n",
+        )
+        .unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.attribute_replacement(f, "fc1").map(|l| l.line), Some(3));
+        assert_eq!(s.attribute_replacement(f, "proj").map(|l| l.line), Some(4));
+        assert_eq!(s.attribute_replacement(f, "3").map(|l| l.line), Some(5));
+        // Not an index of a container read by a variable, nor a slice.
+        assert_eq!(s.attribute_replacement(f, "i"), None);
+        assert_eq!(s.attribute_replacement(f, "fc2"), None);
+    }
+
+    #[test]
+    fn a_step_later_in_the_loop_of_a_backward() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("train.py");
+        std::fs::write(
+            &f,
+            "for i, x in enumerate(data):
+    with accelerator.accumulate(model):
+        loss = model(x)
+        accelerator.backward(loss)
+        scheduler.step()
+        if (i + 1) % 2 == 0:
+            optimizer.step()  # applied every second batch
+print('done')
+for x in data:
+    loss = model(x)
+    loss.backward()
+    lr_scheduler.step()
+opt.step()
+",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.step_later_in_loop(f, 4), Some(7));
+        // A schedule's step is no optimizer's, and a step after the loop is not in it.
+        assert_eq!(s.step_later_in_loop(f, 11), None);
+        assert_eq!(s.step_later_in_loop(f, 8), None);
+    }
+
+    #[test]
+    fn a_submodules_call_in_a_function() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("model.py");
+        std::fs::write(
+            &f,
+            "class Encoder(nn.Module):
+    def forward(self, x):
+        self.layers_seen = 0  # self.layers(x) in a comment
+        for i, layer in enumerate(self.layers):
+            skip = torch.rand([]) < self.layerdrop
+            if not skip:
+                x = layer(x)
+        if self.use_aux:
+            x = x + self.aux[0](x)
+        return self.head(x)
+
+    def other(
+        self, x
+    ):
+        return self.proj(x)
+",
+        )
+        .unwrap();
+        let f = f.to_str().unwrap();
+        let mut s = super::SourceCache::new();
+        assert_eq!(s.submodule_call(f, 2, "layers"), Some(7));
+        assert_eq!(s.branch(f, 7), Some(6));
+        assert_eq!(s.submodule_call(f, 2, "aux"), Some(9));
+        assert_eq!(s.submodule_call(f, 2, "head"), Some(10));
+        assert_eq!(s.branch(f, 10), None);
+        // Another method's call is not forward's.
+        assert_eq!(s.submodule_call(f, 2, "proj"), None);
+        assert_eq!(s.submodule_call(f, 12, "proj"), Some(15));
     }
 
     #[test]

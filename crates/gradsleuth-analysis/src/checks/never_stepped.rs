@@ -146,6 +146,25 @@ mod tests {
     }
 
     #[test]
+    fn an_accumulation_loop_that_raised_before_its_first_step_is_not_told() {
+        // Two micro-batches per step; the second backward raised, before the step the loop
+        // takes after it (every second batch): the step was not due yet.
+        let mut s = raised_in_second_backward(4);
+        let file = s.source("accumulate = 2\nfor i, x in enumerate(data):\n    loss = model(x) / accumulate\n    loss.backward()\n    if (i + 1) % accumulate == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n");
+        for b in &mut s.capture.backwards {
+            b.location = Some(gradsleuth_model::Location::new(file.clone(), 4));
+        }
+        assert!(s.run(&CHECK).is_empty());
+        assert!(s.quiet(), "{:?}", s.report().findings);
+        // With no step in the loop at all, the loop came around without one: told.
+        let file = s.source("for i, x in enumerate(data):\n    loss = model(x)\n    scheduler.step()\n    loss.backward()\n");
+        for b in &mut s.capture.backwards {
+            b.location = Some(gradsleuth_model::Location::new(file.clone(), 4));
+        }
+        assert_eq!(s.run(&CHECK).len(), 1);
+    }
+
+    #[test]
     fn an_optimizer_that_steps_is_not_told() {
         assert!(healthy(3).run(&CHECK).is_empty());
     }

@@ -129,22 +129,35 @@ fn run(ctx: &Context) -> Vec<Finding> {
                         .attribute_replacement(&l.file, &m.attr)
                 })
         });
+        // Built after the replacement, it was given parameters listed before it
+        // (`params = list(model.parameters())`, then the replacement, then the optimizer).
+        let listed_before =
+            matches!((&replaced, &loc), (Some(r), Some(l)) if r.file == l.file && r.line < l.line);
         let (at, related) = match replaced {
             Some(r) => (
                 Some(r),
                 loc.clone().map(|l| {
                     (
                         l,
-                        "the optimizer, built before it: it holds the old parameters",
+                        if listed_before {
+                            "the optimizer, built after it from parameters listed before it: it holds the old parameters"
+                        } else {
+                            "the optimizer, built before it: it holds the old parameters"
+                        },
                     )
                 }),
             ),
             None => (loc.clone(), None),
         };
+        let built = if listed_before {
+            "was built from parameters listed before part of the model was replaced"
+        } else {
+            "was built before part of the model was replaced"
+        };
         out.push(
             CHECK.finding(Severity::Error,
                 format!(
-                    "`{}` was built before part of the model was replaced: it still steps {} the model no longer uses, while the new {} are never updated.",
+                    "`{}` {built}: it still steps {} the model no longer uses, while the new {} are never updated.",
                     o.class,
                     plural(stale.len(), "old tensor"),
                     super::name_list(&names)
@@ -191,16 +204,22 @@ mod tests {
     use gradsleuth_model::capture::ModuleKind;
     use gradsleuth_model::Location;
 
-    #[test]
-    fn replaced_layer_is_named() {
+    /// The optimizer holds 30/31 (the old fc, on no model), the model's fc.* (10/11) are not
+    /// held: `fc` was replaced after the optimizer was built.
+    fn holding_the_old_fc() -> Scenario {
         let mut s = healthy(2);
-        // The optimizer holds 30/31 (old fc), the model's fc.* (10/11) are not held.
         s.capture.optimizers[0].params = vec![30, 31];
         s.tensor(30, "<optimizer>", 1, TensorKind::Foreign);
         s.tensor(31, "<optimizer>", 1, TensorKind::Foreign);
         for st in &mut s.capture.steps {
             st.grad_norms.clear();
         }
+        s
+    }
+
+    #[test]
+    fn replaced_layer_is_named() {
+        let s = holding_the_old_fc();
         let f = s.run(&CHECK);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].params, vec!["fc.weight", "fc.bias"]);
@@ -268,6 +287,39 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn the_replacement_is_found_through_indices_before_or_after_the_optimizer() {
+        // `model.blocks[1].fc = nn.Linear(...)` after the optimizer: the replacement is where
+        // the finding points, the optimizer related.
+        let mut s = holding_the_old_fc();
+        let file = s.source(
+            "model = Net()\nopt = SGD(model.parameters())\nmodel.blocks[1].fc = nn.Linear(4, 4)\n",
+        );
+        s.capture.optimizers[0].created_at = Some(Location::new(file.clone(), 2));
+        let f = s.run(&CHECK);
+        assert_eq!(f[0].location.as_ref().map(|l| l.line), Some(3), "{f:#?}");
+        assert_eq!(f[0].related[0].location.line, 2);
+        assert!(f[0]
+            .message
+            .contains("was built before part of the model was replaced"));
+        // The optimizer built after the replacement from a list taken before it.
+        let file = s.source(
+            "params = list(model.parameters())\nmodel.blocks[1].fc = nn.Linear(4, 4)\nopt = SGD(params)\n",
+        );
+        s.capture.optimizers[0].created_at = Some(Location::new(file, 3));
+        let f = s.run(&CHECK);
+        assert_eq!(f[0].location.as_ref().map(|l| l.line), Some(2), "{f:#?}");
+        assert!(
+            f[0].message
+                .contains("was built from parameters listed before part of the model was replaced"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].related[0]
+            .message
+            .contains("built after it from parameters listed before it"));
     }
 
     #[test]

@@ -184,30 +184,56 @@ fn run(ctx: &Context) -> Vec<Finding> {
         let names = super::names(ctx, &keys);
         let total = root_runs(ctx, m);
         ctx.claim(keys.iter().copied());
-        let forward = root.and_then(|r| {
-            let parent = m.parent.and_then(|p| ctx.capture.module(p)).unwrap_or(r);
-            ctx.locate(parent.forward_def.as_ref())
+        let parent = m.parent.and_then(|p| ctx.capture.module(p)).or(root);
+        let forward = parent.and_then(|p| ctx.locate(p.forward_def.as_ref()));
+        // The holder's forward calls it (itself, or as the items of a loop over it): then a
+        // condition never met, or a line never reached, is why it never ran.
+        let guarded = forward.as_ref().and_then(|def| {
+            let mut src = ctx.source.borrow_mut();
+            let call = src.submodule_call(&def.file, def.line, &m.attr)?;
+            let branch = src.branch(&def.file, call);
+            let draw = src.random_gate(&def.file, call);
+            Some((
+                src.location(&def.file, call),
+                branch.map(|b| src.location(&def.file, b)),
+                draw.map(|d| src.location(&def.file, d)),
+            ))
         });
-        out.push(
-            CHECK.finding(Severity::Error,
-                format!(
-                    "`{}` ({}) never ran in the {} observed forward passes of `{}`, so its {} never get a gradient.",
-                    module_name(m),
-                    m.class,
-                    total,
-                    root.map_or("the model".into(), |r| r.class.clone()),
-                    plural(names.len(), "parameter")
-                ),
-            )
-            .params(names)
-            .at(module_assignment(ctx, m))
-            .related(forward, "forward never calls it")
-            .chain([format!("`{}` defined in __init__", module_name(m)), "never called in forward ✗".into(), "no path to the loss".into()])
-            .fix(format!(
-                "Call `self.{}` in forward where its output is needed, or delete it (under DDP an unused module stops training unless `find_unused_parameters=True`).",
-                m.attr
-            )),
+        let defined = module_assignment(ctx, m);
+        let head = format!(
+            "`{}` ({}) never ran in the {} observed forward passes of `{}`",
+            module_name(m),
+            m.class,
+            total,
+            root.map_or("the model".into(), |r| r.class.clone()),
         );
+        let params = plural(names.len(), "parameter");
+        let f = match guarded {
+            Some((call, Some(branch), draw)) => CHECK
+                .finding(Severity::Error, format!("{head}: forward calls it only inside a branch whose condition was false every time, so its {params} never get a gradient."))
+                .at(ctx.locate(Some(&branch)))
+                .related(ctx.locate(Some(&call)), "its call, inside this branch")
+                .related(ctx.locate(draw.as_ref()), "a random draw decides it (LayerDrop): it skipped every time")
+                .related(defined, "defined here")
+                .chain([format!("`{}` called only under a condition", module_name(m)), "the condition false in every forward ✗".into(), "no path to the loss".into()])
+                .fix("Check the condition (a flag or config value, `self.training`, a skip probability): it was false in every observed step, so the module never runs. If it is meant to run only sometimes, this is expected for these steps."),
+            Some((call, None, _)) => CHECK
+                .finding(Severity::Error, format!("{head}: forward's line that calls it never ran (an earlier `return`, an exception caught, a loop with no iteration), so its {params} never get a gradient."))
+                .at(defined)
+                .related(ctx.locate(Some(&call)), "its call, never reached")
+                .chain([format!("`{}` called in forward", module_name(m)), "that line never reached ✗".into(), "no path to the loss".into()])
+                .fix("Check what ends forward before this line (an early `return`, a loop over an empty range), or move the call where it runs."),
+            None => CHECK
+                .finding(Severity::Error, format!("{head}, so its {params} never get a gradient."))
+                .at(defined)
+                .related(forward, "forward never calls it")
+                .chain([format!("`{}` defined in __init__", module_name(m)), "never called in forward ✗".into(), "no path to the loss".into()])
+                .fix(format!(
+                    "Call `self.{}` in forward where its output is needed, or delete it (under DDP an unused module stops training unless `find_unused_parameters=True`).",
+                    m.attr
+                )),
+        };
+        out.push(f.params(names));
     }
     for (mk, keys) in sometimes {
         let Some(m) = ctx.capture.module(mk) else {
@@ -688,6 +714,40 @@ mod tests {
             f[0].message
         );
         assert_eq!(f[0].location.as_ref().unwrap().line, 5);
+    }
+
+    #[test]
+    fn a_module_called_only_under_a_condition_never_met_is_named_at_the_condition() {
+        // `if self.use_aux:` false in every step: the branch is why, the call and the
+        // definition related; without a branch around the call, the call never reached.
+        let mut s = healthy(3);
+        let file = s.source("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n        self.aux = nn.Linear(4, 2)\n    def forward(self, x):\n        h = self.fc(x)\n        if self.use_aux:\n            h = h + self.aux(h).sum()\n        return h\n");
+        s.capture.modules[0].class_def = Some(gradsleuth_model::Location::new(file.clone(), 1));
+        s.capture.modules[0].forward_def = Some(gradsleuth_model::Location::new(file.clone(), 6));
+        s.module(3, "Linear", "aux", Some(1), ModuleKind::Registered, 0);
+        s.param(20, "aux.weight", 3);
+        s.capture.optimizers[0].params.push(20);
+        let f = s.run(&CHECK);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].message.contains("only inside a branch"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(f[0].location.as_ref().unwrap().line, 8);
+        let related: Vec<u32> = f[0].related.iter().map(|r| r.location.line).collect();
+        assert_eq!(related, vec![9, 5]);
+        let file = s.source("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n        self.aux = nn.Linear(4, 2)\n    def forward(self, x):\n        return self.fc(x)\n        return self.aux(x)\n");
+        s.capture.modules[0].class_def = Some(gradsleuth_model::Location::new(file.clone(), 1));
+        s.capture.modules[0].forward_def = Some(gradsleuth_model::Location::new(file, 6));
+        let f = s.run(&CHECK);
+        assert!(
+            f[0].message.contains("never ran (an earlier `return`"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(f[0].location.as_ref().unwrap().line, 5);
+        assert_eq!(f[0].related[0].location.line, 8);
     }
 
     #[test]

@@ -154,6 +154,10 @@ struct FunctionCall {
 struct GradOff {
     site: Site,
     callee: Option<Callee>,
+    /// When recording was already off as capture began: `site` and the frames that called its
+    /// function. A `with torch.no_grad():` (or a decorator) there or a few calls up leaves no
+    /// frame of its own, so the source of these lines is where the analysis looks for it.
+    callers: Vec<Site>,
 }
 
 /// One op: `func(*args, **kwargs)` returned `out`.
@@ -169,6 +173,9 @@ pub struct Call<V, N> {
     /// (`h.detach_()`): read before the op runs, since afterwards the tensor has none.
     pub dropped: Option<N>,
 }
+
+/// How many frames above the start of capture are kept when recording was already off then.
+const START_CALLERS: usize = 8;
 
 /// What a round trip's related line says where the value came back.
 const COMES_BACK: &str = "the value comes back into torch here";
@@ -578,9 +585,14 @@ impl<K, N> OpLog<K, N> {
     /// (`model.generate(...)` under `@torch.no_grad()`), that call is known; a `with` block
     /// of the user's leaves no frame behind.
     pub fn grad_disabled_at_start<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H) {
-        if let Some(site) = h.stack(1).into_iter().next() {
+        let stack = h.stack(START_CALLERS + 1);
+        if let Some(site) = stack.first().cloned() {
             let callee = h.callee().filter(|c| c.decorated);
-            self.grad_off.push(GradOff { site, callee });
+            self.grad_off.push(GradOff {
+                site,
+                callee,
+                callers: stack,
+            });
         }
     }
 
@@ -719,7 +731,11 @@ impl<K, N> OpLog<K, N> {
                 self.grad_off.pop();
             } else if let Some(site) = h.stack(1).into_iter().next() {
                 let callee = h.callee();
-                self.grad_off.push(GradOff { site, callee });
+                self.grad_off.push(GradOff {
+                    site,
+                    callee,
+                    callers: Vec::new(),
+                });
             }
             return Ok(());
         }
@@ -958,6 +974,7 @@ impl<K, N> OpLog<K, N> {
                     if let [GradOff {
                         site: off,
                         callee: Some(c),
+                        ..
                     }] = self.grad_off.as_slice()
                     {
                         let same_line = s
@@ -978,8 +995,16 @@ impl<K, N> OpLog<K, N> {
                         )),
                         _ => {}
                     }
-                    // The callers too: the `with` block or decorator may be a few calls up.
-                    for s in h.stack(4).into_iter().skip(1) {
+                    // The callers too: the `with` block or decorator may be a few calls up; when
+                    // recording was off before capture began, the calls above where it began.
+                    let callers = h.stack(4).into_iter().skip(1).collect::<Vec<_>>();
+                    let start_callers = self.grad_off.last().map_or(&[][..], |b| &b.callers[..]);
+                    let new = start_callers
+                        .iter()
+                        .filter(|s| !callers.iter().any(|c| c.file == s.file && c.line == s.line))
+                        .cloned()
+                        .collect::<Vec<_>>();
+                    for s in callers.into_iter().chain(new) {
                         related.push((s, "called from here"));
                     }
                     Category::NoGrad
@@ -1627,6 +1652,15 @@ impl<K, N> OpLog<K, N> {
                     .is_some_and(|c| c.kind == Category::NumpyRoundtrip)
             })
             .collect();
+        // A gradient the script itself wrote between backward and the step (`p.grad.zero_()`)
+        // is zero at the step whatever backward gave it: that zero is the write's evidence
+        // (told below), not a cut's in the graph.
+        let written: FxHashSet<usize> = self.grad_writes.iter().map(|(p, _, _)| *p).collect();
+        let zero_unwritten: FxHashMap<usize, u64> = zero
+            .iter()
+            .filter(|(a, _)| !written.contains(a))
+            .map(|(a, k)| (*a, *k))
+            .collect();
         // A hard cut (detach, no_grad, a rebuilt tensor) also explains a parameter backward
         // reached with an exactly zero gradient when that parameter feeds the cut: the path
         // through the cut was the one that made the loss depend on it, and what is left
@@ -1634,7 +1668,7 @@ impl<K, N> OpLog<K, N> {
         // own row a residual carries to a pooling that skips it).
         let hard_pool: FxHashMap<usize, u64> = unreached
             .iter()
-            .chain(zero.iter())
+            .chain(zero_unwritten.iter())
             .map(|(a, k)| (*a, *k))
             .collect();
         let none = FxHashMap::default();
@@ -1649,7 +1683,11 @@ impl<K, N> OpLog<K, N> {
             // Not a derivative taken without `create_graph`: the loss still depends on the
             // parameters through its other terms, and an exactly zero gradient there is theirs
             // (a critic's last bias cancels in `critic(fake).mean() - critic(real).mean()`).
-            let pool = if cut.soft {
+            let pool = if cut.soft
+                && matches!(cut.kind, Category::DeadPath | Category::NonDifferentiable)
+            {
+                &zero_unwritten
+            } else if cut.soft {
                 zero
             } else if cut.kind == Category::CreateGraph {
                 unreached
@@ -2163,8 +2201,10 @@ impl<K, N> OpLog<K, N> {
 
     /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`; an op
     /// refusing a tensor made under `inference_mode` ("Inference tensors cannot be saved for
-    /// backward") stands in for the loss the step never reached, so the cuts its inputs carry
-    /// (the `inference_mode` block) are resolved as the loss's.
+    /// backward", "Inplace update to inference tensor outside InferenceMode", "A view was
+    /// created in inference mode and is being modified inplace in normal mode") stands in for
+    /// the loss the step never reached, so the cuts its inputs carry (the `inference_mode`
+    /// block) are resolved as the loss's.
     pub fn failed<H: Host<Keeper = K, Kept = N>>(
         &mut self,
         h: &mut H,
@@ -2173,7 +2213,17 @@ impl<K, N> OpLog<K, N> {
         inputs: &[H::Value],
         message: &str,
     ) {
-        if message.contains("Inference tensor") {
+        let refused = |m: &str| {
+            m.contains("Inference tensor")
+                || m.contains("inference tensor outside InferenceMode")
+                || m.contains("created in inference mode")
+        };
+        if refused(message) {
+            let why = if message.contains("Inference tensor") {
+                "refused here: autograd would save it"
+            } else {
+                "refused here: updated in place outside `inference_mode`"
+            };
             let mut tensors = Vec::new();
             for a in inputs {
                 Self::tensors(h, a, &mut tensors);
@@ -2218,11 +2268,7 @@ impl<K, N> OpLog<K, N> {
                             .flatten()
                     });
                 if let Some(block) = made {
-                    let related = h
-                        .stack(1)
-                        .into_iter()
-                        .map(|s| (s, "refused here: autograd would save it"))
-                        .collect();
+                    let related = h.stack(1).into_iter().map(|s| (s, why)).collect();
                     let id = self.cuts.len() as u32;
                     self.cuts.push(Cut {
                         kind: Category::NoGrad,

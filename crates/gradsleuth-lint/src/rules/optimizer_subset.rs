@@ -307,6 +307,26 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_is_no_second_optimizer() {
+        // Accelerate's set-up: the optimizer over one part, a learning-rate schedule over the
+        // optimizer, both handed to `prepare` (an `lr_scheduler` class is no optimizer).
+        let src = "import torch\nfrom torchvision.models import resnet18\n\nmodel = resnet18(num_classes=10)\noptimizer = torch.optim.AdamW(model.layer4.parameters(), lr=1e-3)\nscheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0)\nmodel, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)\nfor x, y in data:\n    loss = crit(model(x), y)\n    accelerator.backward(loss)\n    optimizer.step()\n    scheduler.step()\n";
+        assert_eq!(codes(src), vec![("GS323".into(), 5)]);
+        for schedule in [
+            "torch.optim.lr_scheduler.OneCycleLR(optimizer, 0.1, total_steps=10)",
+            "torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)",
+            "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, 10)",
+            "torch.optim.swa_utils.SWALR(optimizer, swa_lr=0.05)",
+        ] {
+            let other = src.replace(
+                "torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 1.0)",
+                schedule,
+            );
+            assert_eq!(codes(&other), vec![("GS323".into(), 5)], "{schedule}");
+        }
+    }
+
+    #[test]
     fn a_lightning_configure_optimizers_over_one_submodule() {
         let src = "import lightning as L\nimport torch\nfrom torch import nn\n\nclass Lit(L.LightningModule):\n    def __init__(self):\n        super().__init__()\n        self.encoder = nn.Linear(8, 4)\n        self.decoder = nn.Linear(4, 8)\n\n    def training_step(self, batch, i):\n        return ((self.decoder(self.encoder(batch)) - batch) ** 2).mean()\n\n    def configure_optimizers(self):\n        return torch.optim.Adam(self.encoder.parameters())\n";
         assert_eq!(codes(src), vec![("GS323".into(), 15)]);

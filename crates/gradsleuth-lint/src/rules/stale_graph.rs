@@ -69,6 +69,9 @@ struct Step {
     calls: bool,
     /// The value is an object built by a class (`GradScaler()`, `Net()`): no tensor.
     construct: bool,
+    /// The value is a call: (its receiver, dotted, if a method; the function's own name;
+    /// whether it takes no argument).
+    value_call: Option<(Option<String>, String, bool)>,
     backward: Vec<String>,
 }
 
@@ -113,9 +116,15 @@ impl<'a> Visitor<'a> for Reads {
                     _ => false,
                 };
                 if let Expr::Attribute(a) = c.func.as_ref() {
-                    if a.attr.id.as_str() == "backward" {
+                    if matches!(a.attr.id.as_str(), "backward" | "manual_backward") {
+                        // `loss.backward()`, or a framework's backward of the loss passed to
+                        // it (`accelerator.backward(loss)`, `fabric.backward(loss)`,
+                        // `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`).
                         let mut r = Reads::default();
                         r.visit_expr(&a.value);
+                        if let Some(first) = c.arguments.args.first() {
+                            r.visit_expr(first);
+                        }
                         self.backward.extend(r.names);
                     }
                 }
@@ -162,9 +171,21 @@ fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) 
             n.rsplit('.').next().is_some_and(|l| l.starts_with(|ch: char| ch.is_ascii_uppercase()))
         }))
     });
+    let value_call = match value {
+        Some(Expr::Call(c)) => crate::checker::dotted(&c.func).map(|n| {
+            let (receiver, last) = match n.rsplit_once('.') {
+                Some((r, l)) => (Some(r.to_owned()), l.to_owned()),
+                None => (None, n.clone()),
+            };
+            let no_args = c.arguments.args.is_empty() && c.arguments.keywords.is_empty();
+            (receiver, last, no_args)
+        }),
+        _ => None,
+    };
     Step {
         range,
         construct,
+        value_call,
         cut: value.is_some_and(is_cut_call),
         reads: r.names,
         writes,
@@ -401,8 +422,11 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
             .filter(|(name, _)| !is_module_like(ck, name))
             .filter_map(|(name, read)| {
                 let d = last_def(&before, &name, seen)?;
-                (before[d].calls && !before[d].cut && !before[d].construct)
-                    .then_some((name, d, read))
+                (before[d].calls
+                    && !before[d].cut
+                    && !before[d].construct
+                    && !returns_object(ck, &before[d]))
+                .then_some((name, d, read))
             })
             .collect();
         // A frozen model's output has no graph; lint cannot tell which model was frozen.
@@ -424,6 +448,25 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
             );
         }
     }
+}
+
+/// A value made by a call that returns a model or a handle, not a tensor: a model fetched or
+/// unwrapped (`accelerator.unwrap_model(model)`, `AutoModel.from_pretrained(...)`), or a
+/// getter called without arguments on something the file never runs as a model
+/// (`groups._get_sequence_parallel_group()`; `model.get_weight()` may well hold a graph).
+fn returns_object(ck: &Checker, step: &Step) -> bool {
+    let Some((receiver, last, no_args)) = &step.value_call else {
+        return false;
+    };
+    let last = last.to_ascii_lowercase();
+    if last.contains("model") || last == "from_pretrained" {
+        return true;
+    }
+    *no_args
+        && receiver.as_deref().is_some_and(|r| {
+            let root = r.split('.').next().unwrap_or(r);
+            !ck.source.contains(&format!("{root}(")) && !is_module_like(ck, root)
+        })
 }
 
 /// A name the file treats as a module or an optimizer (`model.parameters()`, `model.train()`,
@@ -462,6 +505,19 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_kept_for_the_next_step_with_a_frameworks_backward() {
+        // Accelerate: the loss goes to `accelerator.backward(loss)`, inside `accumulate`.
+        let src = "history = None\nfor x in data:\n    with accelerator.accumulate(model):\n        loss = model(x).sum()\n        if history is not None:\n            loss = loss + 0.1 * history\n        history = loss\n        accelerator.backward(loss)\n        opt.step()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 7)]);
+        // Lightning's manual optimization.
+        let manual = "history = None\nfor x in data:\n    loss = model(x).sum()\n    if history is not None:\n        loss = loss + history\n    history = loss\n    self.manual_backward(loss)\n";
+        assert_eq!(codes(manual), vec![("GS324".into(), 6)]);
+        // The accelerator itself is no value carried between steps.
+        let fine = "for x in data:\n    loss = model(x).sum()\n    accelerator.backward(loss)\n    opt.step()\n";
+        assert!(codes(fine).is_empty());
+    }
+
+    #[test]
     fn an_rnn_state_fed_back_without_detach() {
         let src = "hidden = None\nfor x, y in data:\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n    opt.step()\n";
         assert_eq!(codes(src), vec![("GS324".into(), 3)]);
@@ -484,10 +540,16 @@ mod tests {
             "scale = torch.tensor(2.0)\nfor step in range(3):\n    loss = model(x).sum() * scale\n    loss.backward()\n",
             "model = models.resnet18(num_classes=10)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor b in data:\n    loss = compute_loss(model, b)\n    loss.backward()\n",
             "params, buffers = stack_module_state(members)\nfor x in data:\n    loss = vmap(one, in_dims=(0, 0, None))(params, buffers, x).sum()\n    loss.backward()\n",
+            // Accelerate's sequence-parallel test: an unwrapped model whose loss function the
+            // step calls, a process group fetched once (objects, not tensors).
+            "unwrapped = accelerator.unwrap_model(model)\nsp_group = groups._get_sequence_parallel_group()\nfor batch in dl:\n    out = model(**batch)\n    loss = unwrapped.loss_function(logits=out.logits)\n    losses = all_gather(loss, group=sp_group)\n    accelerator.backward(sum(losses))\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));
         }
+        // A weight computed once from a model the loop runs is a graph, getter or not.
+        let src = "w = model.get_weight()\nfor x in data:\n    loss = (model(x) @ w).sum()\n    accelerator.backward(loss)\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 1)]);
     }
 
     #[test]

@@ -34,6 +34,18 @@ pub(crate) fn calls(s: &Stmt) -> Vec<String> {
     c.0
 }
 
+/// A block's statements in the order they run, a `with` block's read in line (a context
+/// manager does not reorder its body: Accelerate's `with accelerator.accumulate(model):`
+/// holds the whole step).
+fn in_line<'a>(body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
+    for s in body {
+        match s {
+            Stmt::With(w) => in_line(&w.body, out),
+            _ => out.push(s),
+        }
+    }
+}
+
 /// In a block, the statement `pick` selects (returning the statement to report) among those
 /// after one calling `.backward()` and before one calling `.step()`, neither calling either:
 /// the last such pick before the first `.step()` that follows it.
@@ -43,7 +55,9 @@ pub(crate) fn before_step<'a>(
 ) -> Option<&'a Stmt> {
     let mut after_backward = false;
     let mut pending: Option<&Stmt> = None;
-    for s in body {
+    let mut flat = Vec::new();
+    in_line(body, &mut flat);
+    for s in flat {
         let names = calls(s);
         let has = |n: &str| names.iter().any(|x| x == n);
         if pending.is_some() && has("step") {
@@ -83,6 +97,15 @@ mod tests {
     fn flags_zero_grad_between_backward_and_step() {
         let src = "for x in data:\n    loss = model(x).sum()\n    loss.backward()\n    opt.zero_grad()\n    if ready:\n        opt.step()\n";
         assert_eq!(codes(src), vec![("GS309".into(), 4)]);
+    }
+
+    #[test]
+    fn reads_the_step_inside_a_with_block() {
+        // Accelerate's loop: the whole step inside `with accelerator.accumulate(model):`.
+        let src = "for x in data:\n    with accelerator.accumulate(model):\n        loss = model(x).sum()\n        accelerator.backward(loss)\n        opt.zero_grad()\n        if accelerator.sync_gradients:\n            accelerator.clip_grad_norm_(model.parameters(), 1.0)\n        opt.step()\n";
+        assert_eq!(codes(src), vec![("GS309".into(), 5)]);
+        let fine = "for x in data:\n    with accelerator.accumulate(model):\n        loss = model(x).sum()\n        accelerator.backward(loss)\n        opt.step()\n        opt.zero_grad()\n";
+        assert!(codes(fine).is_empty());
     }
 
     #[test]

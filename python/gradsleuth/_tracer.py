@@ -46,15 +46,6 @@ def user_frame(frame):
     return _FRAMES.user_frame(frame) if frame is not None else None
 
 
-def _callee_of_user(frame):
-    """What the user's line called, when that call reached `frame`'s caller through a library
-    (`Accelerator.clip_grad_norm_`); None when the user's line made the call itself."""
-    user = user_frame(frame)
-    while frame is not None and frame is not user and frame.f_back is not user:
-        frame = frame.f_back
-    return None if frame is None or frame is user else getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-
-
 def site_of(frame):
     """`(file, line, function)` of the innermost user frame, or `(None, None, None)`."""
     return _FRAMES.site(frame) if frame is not None else (None, None, None)
@@ -1485,7 +1476,8 @@ class Tracer:
                     bound = args[0] if args else kwargs.get(bound_name)
                     if bound is not None and float(bound) == 0.0:
                         keys = [k for k in (tracer._keys.get(id(p)) for p in params) if k is not None]
-                        op = _callee_of_user(sys._getframe(1)) or original.__name__
+                        # The call the user made, when a library clips for it.
+                        op = _FRAMES.callee_name(sys._getframe(1)) or original.__name__
                         tracer._say_once("grad_clip", site_of(sys._getframe(1)), op, keys)
                 except Exception as e:  # noqa: BLE001
                     tracer.rec.note(f"clip: {e}")

@@ -214,6 +214,13 @@ impl Frames {
         Frames(FrameWalker::new(skip_prefixes, library_prefixes))
     }
 
+    /// What the user's innermost line called, when that call reached `frame` through
+    /// torch's or a library's code (`Accelerator.clip_grad_norm_` for the clipping it does
+    /// inside); None when `frame` is the user's own.
+    fn callee_name(&mut self, frame: Bound<'_, PyAny>) -> Option<String> {
+        self.0.callee(frame).map(|c| c.name)
+    }
+
     /// `(file, line, function)` of the innermost user frame at or above `frame`
     /// (`(None, None, None)` when there is none).
     fn site(&mut self, frame: Bound<'_, PyAny>) -> Loc3 {

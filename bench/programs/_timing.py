@@ -17,7 +17,8 @@ is written beside its time, a window's number beside it; starting and removing h
 between timed iterations.
 
 `GS_BENCH_PROFILE=I` profiles iteration I (cProfile, the top functions by own time, on
-stderr): where an observed iteration's time goes, e.g.
+stderr; `GS_BENCH_SORT=cumulative` and `GS_BENCH_ROWS=N` change the order and the length):
+where an observed iteration's time goes, e.g.
 `GS_BENCH_PROFILE=0 gradsleuth run bench/programs/vae.py`.
 """
 
@@ -118,7 +119,9 @@ def iterations(n_default: int):
             import sys
 
             prof.disable()
-            pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+            order = os.environ.get("GS_BENCH_SORT", "tottime")
+            rows = int(os.environ.get("GS_BENCH_ROWS", 25))
+            pstats.Stats(prof, stream=sys.stderr).sort_stats(order).print_stats(rows)
     if observer is not None and observer.watch is not None:
         observer.watch.close()
 

@@ -139,6 +139,26 @@ def compute_loss(model, batch):
     return loss
 '''
 
+_DETECTION = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    images = [torch.rand(3, 64, 64, generator=g) for _ in range(2)]
+    targets = []
+    for _ in range(2):
+        xy = torch.rand(2, 2, generator=g) * 32
+        wh = 8 + torch.rand(2, 2, generator=g) * 24
+        boxes = torch.cat([xy, xy + wh], dim=1)
+        targets.append({"boxes": boxes, "labels": torch.randint(1, 3, (2,), generator=g)})
+    return images, targets
+
+
+def compute_loss(model, batch):
+    images, targets = batch
+    loss_dict = model(images, targets)
+    loss = sum(loss for loss in loss_dict.values())
+    return loss
+'''
+
 _VECTORS = '''
 def make_batch(step):
     g = torch.Generator().manual_seed(step)
@@ -663,6 +683,34 @@ SUBJECTS = [
         _IMAGE,
         "accelerate",
     ),
+    # A third hold-out: torchvision's detectors in the style of torchvision's own detection
+    # reference script (`references/detection`): a backbone whose first stages are frozen by
+    # design (`trainable_layers`), proposals detached by design, a dict of losses summed.
+    Subject(
+        "tv_fasterrcnn",
+        "torchvision",
+        "torchvision.models.detection.roi_heads",
+        "from torchvision.models.detection import FasterRCNN\n"
+        "from torchvision.models.detection.backbone_utils import resnet_fpn_backbone\n"
+        "backbone = resnet_fpn_backbone(backbone_name='resnet18', weights=None, trainable_layers=3)\n"
+        "model = FasterRCNN(backbone, num_classes=3, min_size=64, max_size=64, rpn_batch_size_per_image=32, "
+        "box_batch_size_per_image=32)\n",
+        _DETECTION,
+        "detection",
+        rebind=True,
+    ),
+    Subject(
+        "tv_retinanet",
+        "torchvision",
+        "torchvision.models.detection.retinanet",
+        "from torchvision.models.detection.backbone_utils import resnet_fpn_backbone\n"
+        "from torchvision.ops.feature_pyramid_network import LastLevelP6P7\n"
+        "backbone = resnet_fpn_backbone(backbone_name='resnet18', weights=None, trainable_layers=3, "
+        "returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))\n"
+        "model = M.RetinaNet(backbone, num_classes=3, min_size=64, max_size=64)\n",
+        _DETECTION,
+        "detection",
+    ),
     Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),
     Subject("nn_encoder", "torch", "torch.nn.modules.transformer", _NN_ENCODER, _SEQ_TOKENS, "amp"),
     Subject("nn_lstm", "torch", "torch.nn.modules.rnn", _NN_LSTM, _SEQ_TOKENS),
@@ -840,6 +888,28 @@ for i in range(STEPS * 2):
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
+''',
+    # torchvision's detection reference loop (`references/detection/engine.py`'s style): only
+    # the parameters that require grad go to SGD, a linear warm-up schedule, a finite-loss
+    # check before the step.
+    "detection": '''
+import math  # noqa: E402
+
+params = [p for p in model.parameters() if p.requires_grad]
+optimizer = torch.optim.SGD(params, lr=0.02, momentum=0.9, weight_decay=1e-4)
+lr_scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, total_iters=STEPS)
+model.train()
+for step in range(STEPS):
+    batch = make_batch(step)
+    losses = compute_loss(model, batch)
+    loss_value = losses.item()
+    if not math.isfinite(loss_value):
+        print(f"Loss is {loss_value}, stopping training")
+        sys.exit(1)
+    optimizer.zero_grad()
+    losses.backward()
+    optimizer.step()
+    lr_scheduler.step()
 ''',
 }
 

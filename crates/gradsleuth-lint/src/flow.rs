@@ -518,6 +518,10 @@ pub struct Flow<'a, 'c> {
     /// (transformers' `Ernie4_5_MoeStatics`: one `nn.Parameter(..., requires_grad=False)`):
     /// an attribute built from one is frozen too.
     frozen_classes: HashSet<String>,
+    /// (class, attribute) known as a submodule only by being called and built by a call
+    /// (`self.matcher = det_utils.Matcher(...)`): it may be a plain callable object with no
+    /// parameters (a detector's anchor matcher), so an index it computes is no cut of its.
+    called_only: HashSet<(String, String)>,
 }
 
 struct Dotted(Vec<String>);
@@ -756,6 +760,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             loss_methods: HashSet::new(),
             frozen: HashSet::new(),
             frozen_classes: HashSet::new(),
+            called_only: HashSet::new(),
             sub_classes: HashMap::new(),
             ctor_args: HashMap::new(),
         };
@@ -844,6 +849,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         let name = c.name.id.to_string();
         let is_module = self.ck.is_module_class(&name);
         let mut attrs = HashSet::new();
+        let mut handed: HashSet<String> = HashSet::new();
         let method_names: HashSet<String> = c
             .body
             .iter()
@@ -909,6 +915,12 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if is_module {
                     collect_self_modules(self.ck, &f.body, &mut attrs);
                     collect_stateless(&f.body, &mut stateless);
+                    if method == "__init__" {
+                        for attr in handed_in_modules(self.ck, f) {
+                            stateless.insert(attr.clone(), false);
+                            handed.insert(attr);
+                        }
+                    }
                     for st in &f.body {
                         called.visit_stmt(st);
                         asked.visit_stmt(st);
@@ -941,12 +953,14 @@ impl<'a, 'c> Flow<'a, 'c> {
             // Submodules built by a factory or a class from another file (`norm_layer(dim)`,
             // `Conv1D(...)`): known by being called. Parameters a torch layer subclass
             // inherits (`class LayerNorm2d(nn.LayerNorm)` reads `self.weight`).
-            attrs.extend(
-                called
-                    .out
-                    .into_iter()
-                    .filter(|a| stateless.get(a) == Some(&false)),
-            );
+            for a in called.out {
+                if stateless.get(&a) == Some(&false) {
+                    if !attrs.contains(&a) && !handed.contains(&a) {
+                        self.called_only.insert((name.clone(), a.clone()));
+                    }
+                    attrs.insert(a);
+                }
+            }
             // A model handed in and kept (`self.model = model`, in a LightningModule or a
             // wrapper around it): known by its parameters being asked for
             // (`self.model.parameters()` in `configure_optimizers`), which no function has.
@@ -1110,11 +1124,15 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if self.reached.contains(&(class.clone(), attr.to_owned())) {
                     continue;
                 }
+                let callable = self.called_only.contains(&(class.clone(), attr.to_owned()));
                 for (c, ctx) in cuts {
                     let trained = d
                         .live
                         .iter()
                         .any(|(l, lctx)| overlaps(l, source) && lctx.compatible(ctx));
+                    if callable && c.kind == CutKind::NonDiff {
+                        continue;
+                    }
                     if !trained && seen.insert(*c) {
                         out.push(FlowCut {
                             cut: *c,
@@ -1406,6 +1424,19 @@ impl<'a, 'c> Flow<'a, 'c> {
                 }
             }
             Stmt::Expr(e) => {
+                // `outs.append(head(x))`, `outs.extend(...)`, `parts.insert(0, y)`,
+                // `feats.update(...)`: the container holds what was put in it (a per-level
+                // head's outputs collected in a loop, then concatenated).
+                if let Some((name, args)) = container_put(&e.value) {
+                    if fr.env.contains_key(name) {
+                        let d = self.all(args, fr);
+                        let d = self.under_no_grad(d, fr);
+                        if let Some(old) = fr.env.get_mut(name) {
+                            old.union(d);
+                        }
+                        return;
+                    }
+                }
                 let d = self.expr(&e.value, fr);
                 // `h.detach_()`: `h` itself is cut from here on.
                 if let Expr::Call(c) = e.value.as_ref() {
@@ -2318,6 +2349,76 @@ fn is_stateless_layer(value: &Expr) -> bool {
         || name.ends_with("act_layer")
 }
 
+/// `self.X = p` in `__init__` for a parameter `p` that holds a module: annotated as one
+/// (`backbone: nn.Module`, a module class of this file), or built in `__init__` when not given
+/// (`if head is None: head = RetinaNetHead(...)`). Such an attribute, when called, is a
+/// submodule (a detector's backbone, heads and transform handed to its constructor).
+fn handed_in_modules(ck: &Checker, f: &StmtFunctionDef) -> HashSet<String> {
+    let p = &f.parameters;
+    let mut modules: HashSet<String> = p
+        .posonlyargs
+        .iter()
+        .chain(p.args.iter())
+        .chain(p.kwonlyargs.iter())
+        .filter(|a| {
+            a.parameter.annotation.as_deref().is_some_and(|t| {
+                dotted(t).is_some_and(|n| {
+                    let last = n.rsplit('.').next().unwrap_or(&n);
+                    last == "Module" || ck.is_module_class(last)
+                })
+            })
+        })
+        .map(|a| a.parameter.name.id.to_string())
+        .collect();
+    let params: HashSet<String> = param_names(p).into_iter().collect();
+    struct Built<'x, 'y>(
+        &'x Checker<'y>,
+        &'x HashSet<String>,
+        &'x mut HashSet<String>,
+    );
+    impl<'a> Visitor<'a> for Built<'_, '_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if let Stmt::Assign(a) = s {
+                if self.0.constructs_module(&a.value) {
+                    for t in &a.targets {
+                        if let Expr::Name(n) = t {
+                            if self.1.contains(n.id.as_str()) {
+                                self.2.insert(n.id.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+            if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+                visitor::walk_stmt(self, s);
+            }
+        }
+    }
+    let mut b = Built(ck, &params, &mut modules);
+    for st in &f.body {
+        b.visit_stmt(st);
+    }
+    let mut out = HashSet::new();
+    for st in &f.body {
+        if let Stmt::Assign(a) = st {
+            if let Expr::Name(v) = a.value.as_ref() {
+                if modules.contains(v.id.as_str()) {
+                    for t in &a.targets {
+                        if let Some(attr) =
+                            dotted(t).and_then(|d| d.strip_prefix("self.").map(str::to_owned))
+                        {
+                            if !attr.contains('.') {
+                                out.insert(attr);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Attributes assigned a stateless layer (`true`) or anything else built by a call (`false`):
 /// stateless only when every assignment is (`self.downsample = nn.Identity()` in one branch, a
 /// conv in the other). Attributes never assigned a call (a method, a function looked up in a
@@ -2389,4 +2490,24 @@ pub(crate) fn collect_self_modules(ck: &Checker, body: &[Stmt], out: &mut HashSe
     for s in body {
         c.visit_stmt(s);
     }
+}
+
+/// `name.append(v)` / `.extend(v)` / `.insert(i, v)` / `.add(v)` / `.update(v)` /
+/// `.appendleft(v)` / `.setdefault(k, v)` on a plain name: the container and the values put
+/// into it (an index or key is not).
+fn container_put(e: &Expr) -> Option<(&str, Vec<&Expr>)> {
+    let Expr::Call(c) = e else { return None };
+    let Expr::Attribute(a) = c.func.as_ref() else {
+        return None;
+    };
+    let Expr::Name(n) = a.value.as_ref() else {
+        return None;
+    };
+    let args = &c.arguments.args;
+    let put: Vec<&Expr> = match (a.attr.id.as_str(), args.len()) {
+        ("append" | "extend" | "add" | "update" | "appendleft", 1) => vec![&args[0]],
+        ("insert" | "setdefault", 2) => vec![&args[1]],
+        _ => return None,
+    };
+    Some((n.id.as_str(), put))
 }

@@ -207,6 +207,8 @@ struct Cut<N> {
     /// (`round(y) * scale`).
     outputs: Vec<usize>,
     direct: Vec<usize>,
+    /// The cuts the inputs carried when this one was made: cuts upstream of it.
+    upstream: Vec<u32>,
 }
 
 struct Inplace {
@@ -259,6 +261,14 @@ pub struct OpLog<K, N> {
     /// Numbers that left autograd for Python (`.item()`, `float(t)`, `.tolist()`) and that no
     /// op the log saw took back: (the exit's cuts, how many numbers), in order.
     exits: Vec<(Vec<u32>, u64)>,
+    /// Detaches told, at the exit they fed (`x.detach().numpy()`), as the value leaving for
+    /// Python: (the cut, its own kind and op, how many related places it had). Provisional:
+    /// a detached tensor that reaches the loss itself, not through Python values coming
+    /// back, was cut by the detach (`loss = loss.detach()` then `loss.item()` for a log).
+    exit_relabels: Vec<(u32, Category, Arc<str>, usize)>,
+    /// Cuts whose values came back into torch from Python (a tensor built from them, a float
+    /// used as an op's scalar).
+    came_back: FxHashSet<u32>,
     cuts: Vec<Cut<N>>,
     grad_off: Vec<GradOff>,
     function_calls: Vec<FunctionCall>,
@@ -310,6 +320,10 @@ pub struct OpLog<K, N> {
     /// Ops the log could not read (never raised to the user).
     pub errors: u64,
 }
+
+/// The most upstream cuts a cut keeps (a cut made downstream of more is never judged to be
+/// in series with them: every cut stays told).
+const MAX_UPSTREAM: usize = 64;
 
 /// How many function transforms deep (`vmap` of `grad` of ...) a tensor is followed.
 const TRANSFORM_LEVELS: usize = 4;
@@ -394,6 +408,8 @@ impl<K, N> OpLog<K, N> {
             values: Default::default(),
             known: Default::default(),
             exits: Vec::new(),
+            exit_relabels: Vec::new(),
+            came_back: Default::default(),
             backward_seen: false,
             grads_only: false,
             grads_of: Default::default(),
@@ -450,6 +466,8 @@ impl<K, N> OpLog<K, N> {
         self.values.clear();
         self.known.clear();
         self.exits.clear();
+        self.exit_relabels.clear();
+        self.came_back.clear();
         self.backward_seen = false;
         self.grads_only = false;
         self.grads_of.clear();
@@ -692,6 +710,7 @@ impl<K, N> OpLog<K, N> {
             siblings: Vec::new(),
             outputs: Vec::new(),
             direct: Vec::new(),
+            upstream: Vec::new(),
             soft,
         });
         Ok(id)
@@ -854,7 +873,10 @@ impl<K, N> OpLog<K, N> {
         }
         if kind == Kind::Construct {
             if let Some(data) = first {
-                self.value_taint(h, data, &mut taint, 0);
+                let mut back = Vec::new();
+                self.value_taint(h, data, &mut back, 0);
+                self.came_back.extend(back.iter().copied());
+                union(&mut taint, &back);
             }
         } else if !self.values.is_empty() && kind != Kind::Ignore {
             // A float that left autograd, used as an op's scalar (`logits / temp` with
@@ -864,6 +886,7 @@ impl<K, N> OpLog<K, N> {
                 if h.is_float(a) {
                     if let Some((t, keeper)) = self.values.get(&h.addr(a)) {
                         if h.holds(keeper, a) {
+                            self.came_back.extend(t.iter().copied());
                             union(&mut taint, t);
                         }
                     }
@@ -1024,6 +1047,9 @@ impl<K, N> OpLog<K, N> {
             site = Some(s.clone());
             let id = self.push_cut(h, &needs_grad, cut_kind, &op, s, related, false)?;
             self.cuts[id as usize].inside = inside;
+            if taint.len() <= MAX_UPSTREAM {
+                self.cuts[id as usize].upstream = taint.clone();
+            }
             if let Some(n) = dropped {
                 self.cuts[id as usize].nodes.push(n);
             }
@@ -1094,6 +1120,12 @@ impl<K, N> OpLog<K, N> {
                 for &c in &taint {
                     if let Some(cut) = self.cuts.get_mut(c as usize) {
                         if matches!(cut.kind, Category::Detach | Category::DataAttr) && !cut.soft {
+                            self.exit_relabels.push((
+                                c,
+                                cut.kind,
+                                cut.op.clone(),
+                                cut.related.len(),
+                            ));
                             cut.kind = Category::NumpyRoundtrip;
                             cut.op = name.clone();
                             if let Some(e) = exit.clone() {
@@ -1408,6 +1440,7 @@ impl<K, N> OpLog<K, N> {
                 }
             }
         }
+        self.came_back.extend(ids.iter().copied());
         self.taint.insert(h.addr(t), (ids, h.keep(t)));
         Ok(())
     }
@@ -1626,6 +1659,21 @@ impl<K, N> OpLog<K, N> {
         (params, first.or(fallback))
     }
 
+    /// A detach told as the means of an exit to Python (see `exit_relabels`) whose tensor
+    /// the loss depends on while none of its values came back: the detach is the cut.
+    fn settle_exits(&mut self) {
+        for (id, kind, op, related) in std::mem::take(&mut self.exit_relabels).into_iter().rev() {
+            if self.came_back.contains(&id) || !has(&self.loss_taint, &id) {
+                continue;
+            }
+            if let Some(cut) = self.cuts.get_mut(id as usize) {
+                cut.kind = kind;
+                cut.op = op;
+                cut.related.truncate(related);
+            }
+        }
+    }
+
     /// Attributes parameters the backward did not reach (`unreached`: address -> key) and
     /// those whose gradient was exactly zero (`zero`) to the cuts the loss depends on, and
     /// writes them into the capture. A parameter behind several cuts is named by each (all
@@ -1638,6 +1686,7 @@ impl<K, N> OpLog<K, N> {
         zero: &FxHashMap<usize, u64>,
         cleared: &FxHashMap<usize, u64>,
     ) {
+        self.settle_exits();
         let mut order: Vec<u32> = self.loss_taint.clone();
         order.sort_unstable();
         // `.item()` exits that only feed a re-made leaf loss are told by the loss_rewrap
@@ -1671,8 +1720,10 @@ impl<K, N> OpLog<K, N> {
             .chain(zero_unwritten.iter())
             .map(|(a, k)| (*a, *k))
             .collect();
+        let unreached_keys: FxHashSet<u64> = unreached.values().copied().collect();
         let none = FxHashMap::default();
         let mut out: Vec<CutRec> = Vec::new();
+        let mut out_ids: Vec<u32> = Vec::new();
         for id in order {
             let Some(cut) = self.cuts.get(id as usize) else {
                 continue;
@@ -1698,6 +1749,15 @@ impl<K, N> OpLog<K, N> {
             // is one: the plainest evidence of the cut.
             let later = if cut.soft { &none } else { zero };
             let (mut params, first_leaf) = Self::reach(h, cut, pool, later, &self.stand_ins);
+            // Zero gradients are a hard cut's only when it also leaves a parameter unreached:
+            // then it took a path that was the only one for something. A cut behind which
+            // every parameter is still reached (a detector's proposals, detached by design,
+            // while its objectness loss trains the same layers) explains no zero: that zero
+            // is the loss's (no anchor of that level sampled this step).
+            if std::ptr::eq(pool, &hard_pool) && !params.iter().any(|k| unreached_keys.contains(k))
+            {
+                params.clear();
+            }
             // Downstream of a non-differentiable op: parameters whose input it made constant
             // (their gradient exactly zero) are lost to it too.
             if cut.kind == Category::NonDifferentiable {
@@ -1774,6 +1834,7 @@ impl<K, N> OpLog<K, N> {
             chain.push("loss".into());
             let location = cut.site.as_ref().and_then(|s| recorder.site_location(s));
             let related = related_of(recorder, &cut.related);
+            out_ids.push(id);
             out.push(CutRec {
                 kind: cut.kind,
                 op: cut.op.to_string(),
@@ -1786,6 +1847,26 @@ impl<K, N> OpLog<K, N> {
                 within: cut.inside.clone().map(Within::Call),
             });
         }
+        // Cuts in series: one whose output flowed into a later hard cut that already names
+        // every parameter it would (a detector's proposals, detached by design, upstream of a
+        // total loss detached by mistake) says nothing the later one does not, and may be
+        // deliberate: the later cut is what the run shows. Cuts side by side are all told.
+        let upstream_of = |a: u32, b: u32| {
+            self.cuts
+                .get(b as usize)
+                .is_some_and(|c| !c.soft && has(&c.upstream, &a))
+        };
+        let keep: Vec<bool> = (0..out.len())
+            .map(|i| {
+                !(0..out.len()).any(|j| {
+                    i != j
+                        && upstream_of(out_ids[i], out_ids[j])
+                        && out[i].params.iter().all(|k| out[j].params.contains(k))
+                })
+            })
+            .collect();
+        let mut kept = keep.into_iter();
+        out.retain(|_| kept.next().unwrap_or(true));
         // Values that left autograd for NumPy or Python (`.numpy()`, `.tolist()`, `.item()`)
         // and came back through arithmetic the op log cannot see (`(a - a.mean()) / a.std()`
         // in NumPy) carry no taint to the loss; for parameters nothing else explains, such an
@@ -2228,8 +2309,30 @@ impl<K, N> OpLog<K, N> {
             for a in inputs {
                 Self::tensors(h, a, &mut tensors);
             }
+            // An input made from data under the block (ids, a mask, labels indexed there) is
+            // the refused tensor: its block is the cause, whatever cuts the inputs carry from
+            // upstream (a detector's proposals, detached by design, which its labels were
+            // matched to). One made from parameters under the block carries the block's own
+            // cut (no_grad), which names it: that path is taken below.
+            let made_off = tensors.iter().find_map(|t| {
+                let under_block = self
+                    .taint
+                    .get(&h.addr(t))
+                    .filter(|(_, k)| h.holds(k, t))
+                    .is_some_and(|(ts, _)| {
+                        ts.iter().any(|c| {
+                            self.cuts
+                                .get(*c as usize)
+                                .is_some_and(|c| c.kind == Category::NoGrad)
+                        })
+                    });
+                self.off_made
+                    .get(&h.addr(t))
+                    .filter(|(_, k)| h.holds(k, t) && !under_block)
+                    .map(|(s, _)| s.clone())
+            });
             let before = self.loss_taint.len();
-            for t in &tensors {
+            for t in tensors.iter().filter(|_| made_off.is_none()) {
                 if let Some((ts, keeper)) = self.taint.get(&h.addr(t)) {
                     if h.holds(keeper, t) {
                         let ts = ts.clone();
@@ -2237,8 +2340,8 @@ impl<K, N> OpLog<K, N> {
                     }
                 }
             }
-            // No parameter feeds the refused tensor (ids, a mask, data made under the block):
-            // the block that made it is the cause, told on its own.
+            // No parameter feeds the refused tensor: the block that made it is the cause,
+            // told on its own.
             if self.loss_taint.len() == before {
                 // Made where the log saw it, or else (made before the op-level window
                 // opened) in the last `inference_mode` block the user's code entered: the
@@ -2250,23 +2353,15 @@ impl<K, N> OpLog<K, N> {
                     .cuts
                     .iter()
                     .any(|c| c.op == gradsleuth_model::capture::INFERENCE_PARAMS_OP);
-                let made = tensors
-                    .iter()
-                    .find_map(|t| {
-                        self.off_made
-                            .get(&h.addr(t))
-                            .filter(|(_, k)| h.holds(k, t))
-                            .map(|(s, _)| s.clone())
-                    })
-                    .or_else(|| {
-                        (!params_in)
-                            .then(|| {
-                                self.inference_block
-                                    .clone()
-                                    .or_else(|| recorder.inference_block.clone())
-                            })
-                            .flatten()
-                    });
+                let made = made_off.or_else(|| {
+                    (!params_in)
+                        .then(|| {
+                            self.inference_block
+                                .clone()
+                                .or_else(|| recorder.inference_block.clone())
+                        })
+                        .flatten()
+                });
                 if let Some(block) = made {
                     let related = h.stack(1).into_iter().map(|s| (s, why)).collect();
                     let id = self.cuts.len() as u32;
@@ -2280,6 +2375,7 @@ impl<K, N> OpLog<K, N> {
                         siblings: Vec::new(),
                         outputs: Vec::new(),
                         direct: Vec::new(),
+                        upstream: Vec::new(),
                         soft: false,
                         inside: None,
                     });

@@ -294,4 +294,17 @@ mod tests {
         let fine = src.replace("        result = result.detach()\n", "");
         assert!(codes(&fine).is_empty());
     }
+
+    #[test]
+    fn flags_a_detach_in_a_per_level_head_collected_in_a_list() {
+        // A detection head run on each feature level, its outputs appended to a list (or put
+        // in with extend / insert) and concatenated: the list holds what was put in it.
+        for put in ["outs.append(y)", "outs.extend([y])", "outs.insert(0, y)"] {
+            let src = format!("{MODEL}    def forward(self, levels):\n        outs = []\n        for x in levels:\n            h = self.backbone(x)\n            h = h.detach()\n            y = self.head(h)\n            {put}\n        return torch.cat(outs, dim=1)\n");
+            assert_eq!(codes(&src), vec![("GS316".into(), 14)], "{put}");
+        }
+        // The detached copy goes to a log list, the live value to the result: quiet.
+        let src = format!("{MODEL}    def forward(self, levels):\n        outs, logged = [], []\n        for x in levels:\n            h = self.backbone(x)\n            logged.append(h.detach())\n            outs.append(self.head(h))\n        return torch.cat(outs, dim=1)\n");
+        assert!(codes(&src).is_empty());
+    }
 }

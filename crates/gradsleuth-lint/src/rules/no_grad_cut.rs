@@ -102,4 +102,18 @@ mod tests {
         );
         assert_eq!(codes(&plain), vec![("GS319".into(), 10)]);
     }
+
+    #[test]
+    fn flags_a_no_grad_around_a_backbone_handed_to_the_constructor() {
+        // A detector given its backbone (torchvision's `GeneralizedRCNN(backbone: nn.Module,
+        // ...)`, or a head built when none is given): the attribute is a submodule.
+        let annotated = "import torch\nimport torch.nn as nn\n\nclass Detector(nn.Module):\n    def __init__(self, backbone: nn.Module, head=None):\n        super().__init__()\n        if head is None:\n            head = nn.Linear(8, 4)\n        self.backbone = backbone\n        self.head = head\n\n    def forward(self, x):\n        with torch.no_grad():\n            feats = self.backbone(x)\n        return self.head(feats)\n";
+        assert_eq!(codes(annotated), vec![("GS319".into(), 13)]);
+        let head = annotated
+            .replace("        with torch.no_grad():\n            feats = self.backbone(x)\n        return self.head(feats)", "        feats = self.backbone(x)\n        with torch.no_grad():\n            out = self.head(feats)\n        return out + feats.mean()");
+        assert_eq!(codes(&head), vec![("GS319".into(), 14)]);
+        // A function handed in (an activation) has no parameters: quiet.
+        let function = "import torch\nimport torch.nn as nn\n\nclass Block(nn.Module):\n    def __init__(self, act):\n        super().__init__()\n        self.proj = nn.Linear(8, 8)\n        self.act = act\n\n    def forward(self, x):\n        with torch.no_grad():\n            gate = self.act(x)\n        return self.proj(x) * gate\n";
+        assert!(codes(function).is_empty());
+    }
 }

@@ -151,4 +151,15 @@ mod tests {
             );
         assert_eq!(codes(&other).len(), 1, "{other}");
     }
+
+    #[test]
+    fn a_matcher_object_from_another_file_computes_labels_not_a_cut() {
+        // A detector's anchor matcher (`det_utils.Matcher(...)`, a callable object with no
+        // parameters): the labels compared from its indices and collected per image are
+        // targets. A layer of this file's in the same place is still reported.
+        let src = "import torch\nimport torch.nn as nn\nfrom . import _utils as det_utils\n\nclass RPN(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.head = nn.Linear(4, 1)\n        self.matcher = det_utils.Matcher(0.7, 0.3)\n\n    def forward(self, x, quality):\n        labels = []\n        for q in quality:\n            idx = self.matcher(q)\n            labels.append((idx >= 0).float())\n        return self.head(x), labels\n";
+        assert!(codes(src).is_empty(), "{src}");
+        let layer = src.replace("det_utils.Matcher(0.7, 0.3)", "nn.Linear(4, 4)");
+        assert_eq!(codes(&layer).len(), 1, "{layer}");
+    }
 }

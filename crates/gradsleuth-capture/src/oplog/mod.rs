@@ -1662,7 +1662,7 @@ impl<K, N> OpLog<K, N> {
     /// A detach told as the means of an exit to Python (see `exit_relabels`) whose tensor
     /// the loss depends on while none of its values came back: the detach is the cut.
     fn settle_exits(&mut self) {
-        for (id, kind, op, related) in std::mem::take(&mut self.exit_relabels).into_iter().rev() {
+        for (id, kind, op, related) in std::mem::take(&mut self.exit_relabels) {
             if self.came_back.contains(&id) || !has(&self.loss_taint, &id) {
                 continue;
             }
@@ -1754,8 +1754,8 @@ impl<K, N> OpLog<K, N> {
             // every parameter is still reached (a detector's proposals, detached by design,
             // while its objectness loss trains the same layers) explains no zero: that zero
             // is the loss's (no anchor of that level sampled this step).
-            if std::ptr::eq(pool, &hard_pool) && !params.iter().any(|k| unreached_keys.contains(k))
-            {
+            let on_hard_pool = !cut.soft && cut.kind != Category::CreateGraph;
+            if on_hard_pool && !params.iter().any(|k| unreached_keys.contains(k)) {
                 params.clear();
             }
             // Downstream of a non-differentiable op: parameters whose input it made constant

@@ -643,7 +643,8 @@ fn class_choices(e: &Expr, out: &mut Vec<String>) {
 }
 
 /// What plain names are given, anywhere in the file: `params = [...]`, `params += [...]`,
-/// `params.extend(...)` / `.append(...)` (an optimizer built from `params` gets those).
+/// what is put into them ([`container_put`]: `params.extend(...)`, `.append(...)`; an
+/// optimizer built from `params` gets those).
 #[derive(Default)]
 struct NameValues<'a>(HashMap<String, Vec<&'a Expr>>);
 
@@ -667,15 +668,8 @@ impl<'a> Visitor<'a> for NameValues<'a> {
         visitor::walk_stmt(self, s);
     }
     fn visit_expr(&mut self, e: &'a Expr) {
-        if let Expr::Call(c) = e {
-            if let Expr::Attribute(a) = c.func.as_ref() {
-                if let (Expr::Name(n), "extend" | "append" | "add" | "update") =
-                    (a.value.as_ref(), a.attr.id.as_str())
-                {
-                    let values = self.0.entry(n.id.to_string()).or_default();
-                    values.extend(c.arguments.args.iter());
-                }
-            }
+        if let Some((name, put)) = container_put(e) {
+            self.0.entry(name.to_owned()).or_default().extend(put);
         }
         visitor::walk_expr(self, e);
     }

@@ -159,6 +159,67 @@ def compute_loss(model, batch):
     return loss
 '''
 
+_DIFFUSION = '''
+from diffusers import DDPMScheduler  # noqa: E402
+
+noise_scheduler = DDPMScheduler(num_train_timesteps=100)
+
+
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    images = torch.rand(2, 3, 16, 16, generator=g) * 2 - 1
+    noise = torch.randn(images.shape, generator=g)
+    timesteps = torch.randint(0, noise_scheduler.config.num_train_timesteps, (2,), generator=g)
+    return images, noise, timesteps
+
+
+def compute_loss(model, batch):
+    images, noise, timesteps = batch
+    noisy_images = noise_scheduler.add_noise(images, noise, timesteps)
+    model_output = model(noisy_images, timesteps).sample
+    loss = F.mse_loss(model_output.float(), noise.float())
+    return loss
+'''
+
+_LATENT_DIFFUSION = '''
+from diffusers import DDPMScheduler  # noqa: E402
+
+noise_scheduler = DDPMScheduler(num_train_timesteps=100)
+
+
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    latents = torch.randn(2, 4, 8, 8, generator=g)
+    noise = torch.randn(latents.shape, generator=g)
+    timesteps = torch.randint(0, noise_scheduler.config.num_train_timesteps, (2,), generator=g)
+    text = torch.randn(2, 5, 24, generator=g)  # a text encoder's hidden states
+    return latents, noise, timesteps, text
+
+
+def compute_loss(model, batch):
+    latents, noise, timesteps, text = batch
+    noisy_latents = noise_scheduler.add_noise(latents, noise, timesteps)
+    model_pred = model(noisy_latents, timesteps, encoder_hidden_states=text, return_dict=False)[0]
+    loss = F.mse_loss(model_pred.float(), noise.float(), reduction="mean")
+    return loss
+'''
+
+_AUTOENCODER = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    return torch.rand(2, 3, 16, 16, generator=g) * 2 - 1
+
+
+def compute_loss(model, batch):
+    posterior = model.encode(batch).latent_dist
+    z = posterior.sample()
+    reconstruction = model.decode(z).sample
+    rec_loss = F.mse_loss(reconstruction.float(), batch.float())
+    kl_loss = posterior.kl().mean()
+    loss = rec_loss + 1e-4 * kl_loss
+    return loss
+'''
+
 _VECTORS = '''
 def make_batch(step):
     g = torch.Generator().manual_seed(step)
@@ -711,6 +772,57 @@ SUBJECTS = [
         _DETECTION,
         "detection",
     ),
+    # A fifth hold-out: Hugging Face diffusers' denoising UNets and autoencoder, in the style of
+    # its own training scripts (`examples/unconditional_image_generation/train_unconditional.py`,
+    # `text_to_image/train_text_to_image.py`): noise added by a DDPM scheduler, the noise
+    # predicted, an EMA copy of the weights stepped after the optimizer; the KL autoencoder
+    # trained on reconstruction plus its posterior's KL.
+    Subject(
+        "df_unet",
+        "diffusers",
+        "diffusers.models.unets.unet_2d",
+        "model = M.UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1, "
+        "block_out_channels=(16, 32), "
+        "down_block_types=('DownBlock2D', 'AttnDownBlock2D'), up_block_types=('AttnUpBlock2D', 'UpBlock2D'), "
+        "norm_num_groups=8)\n",
+        _DIFFUSION,
+        "diffusion",
+    ),
+    Subject(
+        "df_resnet",
+        "diffusers",
+        "diffusers.models.resnet",
+        "from diffusers import UNet2DModel\n"
+        "model = UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1, "
+        "block_out_channels=(16, 32), "
+        "down_block_types=('DownBlock2D', 'AttnDownBlock2D'), up_block_types=('AttnUpBlock2D', 'UpBlock2D'), "
+        "norm_num_groups=8)\n",
+        _DIFFUSION,
+        "diffusion",
+        rebind=True,
+    ),
+    Subject(
+        "df_unet_cond",
+        "diffusers",
+        "diffusers.models.unets.unet_2d_condition",
+        "model = M.UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, "
+        "block_out_channels=(16, 32), down_block_types=('CrossAttnDownBlock2D', 'DownBlock2D'), "
+        "up_block_types=('UpBlock2D', 'CrossAttnUpBlock2D'), cross_attention_dim=24, norm_num_groups=8, "
+        "attention_head_dim=4)\n",
+        _LATENT_DIFFUSION,
+        "diffusion",
+    ),
+    Subject(
+        "df_autoencoder",
+        "diffusers",
+        "diffusers.models.autoencoders.vae",
+        "from diffusers import AutoencoderKL\n"
+        "model = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=('DownEncoderBlock2D', "
+        "'DownEncoderBlock2D'), up_block_types=('UpDecoderBlock2D', 'UpDecoderBlock2D'), block_out_channels=(16, 32), "
+        "latent_channels=4, norm_num_groups=8, sample_size=16)\n",
+        _AUTOENCODER,
+        rebind=True,
+    ),
     Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),
     Subject("nn_encoder", "torch", "torch.nn.modules.transformer", _NN_ENCODER, _SEQ_TOKENS, "amp"),
     Subject("nn_lstm", "torch", "torch.nn.modules.rnn", _NN_LSTM, _SEQ_TOKENS),
@@ -910,6 +1022,27 @@ for step in range(STEPS):
     losses.backward()
     optimizer.step()
     lr_scheduler.step()
+''',
+    # diffusers' training scripts' loop (`train_unconditional.py`'s style, without Accelerate):
+    # AdamW under a cosine schedule with warm-up, clipping, and an EMA of the weights stepped
+    # after the optimizer (its shadow copies are no parameters of the model and take no gradient).
+    "diffusion": '''
+from diffusers.optimization import get_scheduler  # noqa: E402
+from diffusers.training_utils import EMAModel  # noqa: E402
+
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.95, 0.999), weight_decay=1e-6, eps=1e-8)
+lr_scheduler = get_scheduler("cosine", optimizer=optimizer, num_warmup_steps=1, num_training_steps=STEPS)
+ema_model = EMAModel(model.parameters(), decay=0.9999, use_ema_warmup=True, inv_gamma=1.0, power=3 / 4)
+model.train()
+for step in range(STEPS):
+    batch = make_batch(step)
+    loss = compute_loss(model, batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    lr_scheduler.step()
+    optimizer.zero_grad()
+    ema_model.step(model.parameters())
 ''',
 }
 

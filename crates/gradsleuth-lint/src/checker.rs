@@ -61,6 +61,12 @@ pub struct Checker<'a> {
     holds: Vec<bool>,
     /// Enclosing function names.
     functions: Vec<String>,
+    /// What each name (`opt`, `self.lr_scheduler`) is assigned anywhere in the file: the
+    /// called name when the value is a call (`get_scheduler`), None for anything else.
+    bindings: HashMap<String, Vec<Option<String>>>,
+    /// Plain names the file calls (`model(x)`) or uses as a module or an optimizer
+    /// (`model.parameters()`, `model.train()`, `opt.zero_grad()`).
+    models: HashSet<String>,
     /// Names assigned a list of parameters (`params = list(model.parameters())`), each with
     /// whether they are a whole model's (see `rules::update_discarded::param_list`). A name
     /// is taken for the whole file: a loop over it is a loop over parameters.
@@ -297,13 +303,27 @@ pub fn bound_names<'a>(target: &'a Expr, out: &mut Vec<&'a str>) {
     }
 }
 
-/// The called name of a call, e.g. `torch.tensor`, `self.register_buffer`.
+/// Methods only a module or an optimizer has: a name they are called on runs as one.
+const MODULE_METHODS: &[&str] = &[
+    "parameters",
+    "named_parameters",
+    "train",
+    "eval",
+    "state_dict",
+    "zero_grad",
+    "modules",
+    "children",
+    "requires_grad_",
+    "forward",
+];
+
 /// The source text of `node`.
 pub fn text_of<'s>(source: &'s str, node: &impl Ranged) -> &'s str {
     let r = node.range();
     &source[r.start().to_usize()..r.end().to_usize()]
 }
 
+/// The called name of a call, e.g. `torch.tensor`, `self.register_buffer`.
 pub fn call_name(expr: &Expr) -> Option<String> {
     match expr {
         Expr::Call(c) => dotted(&c.func),
@@ -336,11 +356,62 @@ impl<'a> Checker<'a> {
             holds: Vec::new(),
             functions: Vec::new(),
             param_lists: HashMap::new(),
+            bindings: HashMap::new(),
+            models: HashSet::new(),
         }
     }
 
     pub fn check_module(&mut self, module: &'a ruff_python_ast::ModModule) {
         self.nn_prefix = nn_prefix(&module.body);
+        struct Models(HashSet<String>);
+        impl<'a> Visitor<'a> for Models {
+            fn visit_expr(&mut self, e: &'a Expr) {
+                if let Expr::Call(c) = e {
+                    match c.func.as_ref() {
+                        Expr::Name(n) => {
+                            self.0.insert(n.id.to_string());
+                        }
+                        Expr::Attribute(a) => {
+                            if let Expr::Name(n) = a.value.as_ref() {
+                                if MODULE_METHODS.contains(&a.attr.id.as_str()) {
+                                    self.0.insert(n.id.to_string());
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                visitor::walk_expr(self, e);
+            }
+        }
+        let mut models = Models(HashSet::new());
+        for s in &module.body {
+            models.visit_stmt(s);
+        }
+        self.models = models.0;
+        struct Bindings(HashMap<String, Vec<Option<String>>>);
+        impl<'a> Visitor<'a> for Bindings {
+            fn visit_stmt(&mut self, s: &'a Stmt) {
+                let (targets, value): (&[Expr], Option<&Expr>) = match s {
+                    Stmt::Assign(a) => (&a.targets, Some(&a.value)),
+                    Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
+                    _ => (&[], None),
+                };
+                if let Some(v) = value {
+                    for t in targets {
+                        if let Some(name) = dotted(t) {
+                            self.0.entry(name).or_default().push(call_name(v));
+                        }
+                    }
+                }
+                visitor::walk_stmt(self, s);
+            }
+        }
+        let mut bindings = Bindings(HashMap::new());
+        for s in &module.body {
+            bindings.visit_stmt(s);
+        }
+        self.bindings = bindings.0;
         struct Defs<'a>(HashMap<String, &'a ruff_python_ast::StmtFunctionDef>);
         impl<'a> Visitor<'a> for Defs<'a> {
             fn visit_stmt(&mut self, s: &'a Stmt) {
@@ -597,6 +668,16 @@ impl<'a> Checker<'a> {
         self.findings.push(f);
     }
 
+    /// `name` is called or used as a module or an optimizer in the file (see `models`).
+    pub fn runs_as_model(&self, name: &str) -> bool {
+        self.models.contains(name)
+    }
+
+    /// What the file assigns to `name` (see `bindings`), if it assigns it at all.
+    pub fn built_by(&self, name: &str) -> Option<&[Option<String>]> {
+        self.bindings.get(name).map(Vec::as_slice)
+    }
+
     /// A class of this file that subclasses `nn.Module`.
     pub fn is_module_class(&self, name: &str) -> bool {
         self.module_classes.contains(name)
@@ -777,7 +858,11 @@ impl<'a> Visitor<'a> for Checker<'a> {
                         crate::flow::collect_self_modules(self, &f.body, &mut attrs);
                     }
                 }
-                self.holds.push(!has_init || !attrs.is_empty());
+                // (No `__init__` of its own: whatever a base builds, unless the base is
+                // `nn.Module` itself and nothing registers a parameter: DETR's `PostProcess`.)
+                let param_free = self.param_free_classes.contains(c.name.id.as_str());
+                self.holds
+                    .push(!param_free && (!has_init || !attrs.is_empty()));
                 let mut fills = ClassFills::default();
                 for s in &c.body {
                     if let Stmt::FunctionDef(f) = s {

@@ -200,6 +200,19 @@ impl Deps {
         }
     }
 
+    /// `self` and its parts (`self.critic`) as `owner`'s (`agent.critic`): a method's summary
+    /// seen from a call on an instance.
+    fn rebased(self, owner: &str) -> Deps {
+        let re = |s: String| match s.strip_prefix("self") {
+            Some(rest) if rest.is_empty() || rest.starts_with('.') => format!("{owner}{rest}"),
+            _ => s,
+        };
+        Deps {
+            live: self.live.into_iter().map(|(s, c)| (re(s), c)).collect(),
+            cut: self.cut.into_iter().map(|(s, c)| (re(s), c)).collect(),
+        }
+    }
+
     /// The value is exactly the source `name` (a model bound to a name).
     fn is_whole(&self, name: &str) -> bool {
         self.cut.is_empty() && self.live.len() == 1 && self.live.contains_key(name)
@@ -442,6 +455,26 @@ const OPAQUE_BUILTINS: &[&str] = &[
     "issubclass",
 ];
 
+/// A learning-rate schedule or a weight average built by `name` (`LambdaLR`, `OneCycleLR`,
+/// `ReduceLROnPlateau`, transformers' and diffusers' `get_scheduler`,
+/// `get_cosine_schedule_with_warmup`; SWA's `AveragedModel`, diffusers' `EMAModel`, timm's
+/// `ModelEmaV3`, `ExponentialMovingAverage`): it has a `step()` that applies no gradient.
+pub(crate) fn is_schedule_ctor(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    name.contains("lr_scheduler")
+        || name.contains("swa_utils")
+        || last.ends_with("LR")
+        || last.starts_with("LR")
+        || last.contains("Scheduler")
+        || last.contains("Plateau")
+        || last.contains("WarmRestarts")
+        || (last.starts_with("get_") && last.contains("schedule"))
+        || last.contains("EMA")
+        || last.contains("Ema")
+        || last.contains("MovingAverage")
+        || last.contains("AveragedModel")
+}
+
 pub(crate) fn is_optimizer_ctor(name: &str) -> bool {
     let last = name.rsplit('.').next().unwrap_or(name);
     // `from torch.optim import AdamW`: torch's optimizers by their own names.
@@ -465,13 +498,7 @@ pub(crate) fn is_optimizer_ctor(name: &str) -> bool {
     // Not a learning-rate schedule (`torch.optim.lr_scheduler.LambdaLR`, `OneCycleLR`,
     // `ReduceLROnPlateau`, `CosineAnnealingWarmRestarts`) nor SWA's averaged copy
     // (`torch.optim.swa_utils.AveragedModel`, `SWALR`): they wrap an optimizer or a model.
-    let schedule = name.contains("lr_scheduler")
-        || name.contains("swa_utils")
-        || last.ends_with("LR")
-        || last.starts_with("LR")
-        || last.contains("Scheduler")
-        || last.contains("Plateau")
-        || last.contains("WarmRestarts");
+    let schedule = is_schedule_ctor(name);
     TORCH_OPTIMIZERS.contains(&last)
         || (name.contains("optim.") || name.starts_with("optim"))
             && last.chars().next().is_some_and(char::is_uppercase)
@@ -522,6 +549,10 @@ pub struct Flow<'a, 'c> {
     /// (`self.matcher = det_utils.Matcher(...)`): it may be a plain callable object with no
     /// parameters (a detector's anchor matcher), so an index it computes is no cut of its.
     called_only: HashSet<(String, String)>,
+    /// Names bound (anywhere in the file, always) to an instance of one module class of
+    /// the file (`agent = Agent(envs).to(device)`): a method called on one runs that
+    /// class's method on its parts (`agent.get_value(x)` runs `agent.critic`).
+    var_classes: HashMap<String, String>,
 }
 
 struct Dotted(Vec<String>);
@@ -678,17 +709,45 @@ impl<'a> Visitor<'a> for NameValues<'a> {
 struct OptimizerArgs<'v, 'a>(HashSet<String>, &'v NameValues<'a>);
 
 impl OptimizerArgs<'_, '_> {
-    /// The dotted names in `e`, through the values of plain names given them.
+    /// The dotted names in `e`, through the values of plain names given them (`params` in
+    /// `SGD(params)`, built as a list of several models' parameters). A name only asked for
+    /// its parameters (`SGD(clf.parameters())`) is read one level down, without following the
+    /// names there: a wrapper's argument is the model (`clf = DDP(net)`), a constructor's
+    /// are its configuration (`LinearClassifier(embed_dim)`, where `embed_dim` is read from
+    /// a frozen backbone's attributes: DINO's linear evaluation).
     fn names_in(&self, e: &Expr, out: &mut Vec<String>, seen: &mut HashSet<String>) {
         let mut names = Dotted(Vec::new());
         names.visit_expr(e);
+        let mut whole = WholeNames(HashSet::new());
+        whole.visit_expr(e);
         for n in names.0 {
             if !n.contains('.') && seen.insert(n.clone()) {
                 for v in self.1 .0.get(&n).into_iter().flatten() {
-                    self.names_in(v, out, seen);
+                    if whole.0.contains(&n) {
+                        self.names_in(v, out, seen);
+                    } else {
+                        let mut inner = Dotted(Vec::new());
+                        inner.visit_expr(v);
+                        out.extend(inner.0);
+                    }
                 }
             }
             out.push(n);
+        }
+    }
+}
+
+/// The plain names an expression uses as values, not only as the base of an attribute.
+struct WholeNames(HashSet<String>);
+
+impl<'a> Visitor<'a> for WholeNames {
+    fn visit_expr(&mut self, e: &'a Expr) {
+        match e {
+            Expr::Attribute(a) if matches!(a.value.as_ref(), Expr::Name(_)) => {}
+            Expr::Name(n) => {
+                self.0.insert(n.id.to_string());
+            }
+            _ => visitor::walk_expr(self, e),
         }
     }
 }
@@ -755,6 +814,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             frozen: HashSet::new(),
             frozen_classes: HashSet::new(),
             called_only: HashSet::new(),
+            var_classes: HashMap::new(),
             sub_classes: HashMap::new(),
             ctor_args: HashMap::new(),
         };
@@ -791,6 +851,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         flow.resolve_ctor_args(module);
+        flow.var_classes = instances_of_file_classes(ck, module);
         for ((_, attr), sub) in &flow.sub_classes {
             if flow.frozen_classes.contains(sub) {
                 flow.frozen.insert(format!("self.{attr}"));
@@ -828,6 +889,44 @@ impl<'a, 'c> Flow<'a, 'c> {
             flow.summary(f, Some(&c));
         }
         flow.report()
+    }
+
+    /// `e` is a name holding an instance of a module class of the file, as a whole:
+    /// (the name, the class).
+    fn instance_of(&self, e: &Expr, fr: &Frame) -> Option<(String, String)> {
+        let Expr::Name(n) = e else { return None };
+        let id = n.id.as_str();
+        let class = self.var_classes.get(id)?;
+        let whole = match fr.env.get(id) {
+            Some(d) => d.is_whole(id),
+            None => self.module_vars.contains(id),
+        };
+        whole.then(|| (id.to_owned(), class.clone()))
+    }
+
+    /// Every assignment of `self.{attr}` in `class` (or a base of the file) is a literal
+    /// (a list, a number, `None`), and it is no submodule or parameter of the class.
+    fn plain_attr(&self, class: &str, attr: &str) -> bool {
+        if self
+            .class_attrs
+            .get(class)
+            .is_some_and(|a| a.contains(attr))
+        {
+            return false;
+        }
+        let Some(c) = self.class_defs.get(class) else {
+            return false;
+        };
+        let mut found = SelfAssigned(attr, Vec::new());
+        for s in &c.body {
+            found.visit_stmt(s);
+        }
+        for b in self.file_bases(c) {
+            for s in &b.body {
+                found.visit_stmt(s);
+            }
+        }
+        !found.1.is_empty() && found.1.iter().all(|v| is_literal(v))
     }
 
     /// Whether an optimizer of the file is given `source`'s parameters: named itself, or
@@ -1598,6 +1697,13 @@ impl<'a, 'c> Flow<'a, 'c> {
                 // A submodule of a model named in the file or passed in (`model.bert(...)`,
                 // `model.classifier(...)`): a source of its own, so that one cut off while a
                 // sibling trains is seen (a whole model is live when any part of it is).
+                // An instance's attribute that its class only ever sets to a plain value
+                // (`self.rewards = []`, filled with an environment's rewards): no module.
+                if let Some((_, class)) = self.instance_of(&a.value, fr) {
+                    if self.plain_attr(&class, a.attr.id.as_str()) {
+                        return Deps::default();
+                    }
+                }
                 if let Expr::Name(n) = a.value.as_ref() {
                     let id = n.id.as_str();
                     let whole = match fr.env.get(id) {
@@ -1756,6 +1862,13 @@ impl<'a, 'c> Flow<'a, 'c> {
                     return Deps::default();
                 }
                 _ => {}
+            }
+            // A method of a module class of the file called on an instance of it: the
+            // method's summary on that instance's parts.
+            if let Some((owner, class)) = self.instance_of(&a.value, fr) {
+                if let Some(m) = self.methods.get(&(class.clone(), attr.to_owned())).copied() {
+                    return self.apply(m, Some(&class), c, fr).rebased(&owner);
+                }
             }
             if let (Expr::Name(n), Some(class)) = (a.value.as_ref(), fr.class.clone()) {
                 if n.id.as_str() == "self" {
@@ -1991,6 +2104,95 @@ impl<'a, 'c> Flow<'a, 'c> {
         }
         out
     }
+}
+
+/// The values `self.{attr}` is assigned in a class.
+struct SelfAssigned<'s, 'a>(&'s str, Vec<&'a Expr>);
+
+impl<'a> Visitor<'a> for SelfAssigned<'_, 'a> {
+    fn visit_stmt(&mut self, s: &'a Stmt) {
+        let (targets, value): (&[Expr], Option<&'a Expr>) = match s {
+            Stmt::Assign(a) => (&a.targets, Some(&a.value)),
+            Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
+            _ => (&[], None),
+        };
+        for t in targets {
+            if dotted(t).is_some_and(|d| d.strip_prefix("self.") == Some(self.0)) {
+                if let Some(v) = value {
+                    self.1.push(v);
+                }
+            }
+        }
+        visitor::walk_stmt(self, s);
+    }
+}
+
+fn is_literal(e: &Expr) -> bool {
+    match e {
+        Expr::List(l) => l.elts.iter().all(is_literal),
+        Expr::Tuple(t) => t.elts.iter().all(is_literal),
+        Expr::Set(t) => t.elts.iter().all(is_literal),
+        Expr::Dict(d) => d.items.iter().all(|i| is_literal(&i.value)),
+        Expr::NumberLiteral(_)
+        | Expr::StringLiteral(_)
+        | Expr::BooleanLiteral(_)
+        | Expr::NoneLiteral(_) => true,
+        Expr::UnaryOp(u) => is_literal(&u.operand),
+        _ => false,
+    }
+}
+
+/// Names the file binds, every time, to an instance of the same module class of the file
+/// (`agent = Agent(envs).to(device)`, a device move or a mode switch after the call).
+fn instances_of_file_classes(ck: &Checker, module: &ModModule) -> HashMap<String, String> {
+    fn built(ck: &Checker, e: &Expr) -> Option<String> {
+        let Expr::Call(c) = e else { return None };
+        if let Expr::Attribute(a) = c.func.as_ref() {
+            if matches!(
+                a.attr.id.as_str(),
+                "to" | "cuda" | "cpu" | "float" | "double" | "half" | "bfloat16" | "train" | "eval"
+            ) {
+                if let Some(b) = built(ck, &a.value) {
+                    return Some(b);
+                }
+            }
+        }
+        dotted(&c.func).filter(|n| ck.is_module_class(n))
+    }
+    struct Binds<'c, 'a>(&'c Checker<'a>, HashMap<String, Option<String>>);
+    impl<'a> Visitor<'a> for Binds<'_, '_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            let (targets, value): (&[Expr], Option<&Expr>) = match s {
+                Stmt::Assign(a) => (&a.targets, Some(&a.value)),
+                Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
+                Stmt::AugAssign(a) => (std::slice::from_ref(&a.target), None),
+                Stmt::For(f) => (std::slice::from_ref(&f.target), None),
+                _ => (&[], None),
+            };
+            for t in targets {
+                let mut names = Vec::new();
+                crate::checker::bound_names(t, &mut names);
+                let class = match (t, value) {
+                    (Expr::Name(_), Some(v)) => built(self.0, v),
+                    _ => None,
+                };
+                for n in names {
+                    let e = self.1.entry(n.to_owned()).or_insert_with(|| class.clone());
+                    if *e != class {
+                        *e = None;
+                    }
+                }
+            }
+            visitor::walk_stmt(self, s);
+        }
+    }
+    let mut b = Binds(ck, HashMap::new());
+    for s in &module.body {
+        b.visit_stmt(s);
+    }
+    b.1.into_iter()
+        .filter_map(|(n, c)| c.map(|c| (n, c)))
+        .collect()
 }
 
 /// A function that builds an attention mask (`create_causal_mask`, `_prepare_4d_attention_mask`,

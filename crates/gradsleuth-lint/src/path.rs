@@ -228,6 +228,30 @@ pub const DELIBERATE: &[&str] = &[
 /// Whether an `if` test names a deliberate choice of where gradients stop (see
 /// [`DELIBERATE`]): such a test constrains no path.
 pub fn is_deliberate(test: &Expr) -> bool {
+    // `torch.is_grad_enabled() and self.gradient_checkpointing` (diffusers' encoders),
+    // `self.gradient_checkpointing and self.training`: training runs in training mode with
+    // gradients on, so the other operands choose the arm, and they decide.
+    if let Expr::BoolOp(b) = test {
+        if b.op == ruff_python_ast::BoolOp::And {
+            let rest: Vec<&Expr> = b.values.iter().filter(|v| !is_mode_probe(v)).collect();
+            if !rest.is_empty() && rest.len() < b.values.len() {
+                return rest.iter().any(|v| names_a_choice(v));
+            }
+        }
+    }
+    names_a_choice(test)
+}
+
+/// `self.training`, `torch.is_grad_enabled()`: true whenever a training step runs.
+fn is_mode_probe(e: &Expr) -> bool {
+    let name = match e {
+        Expr::Call(c) if c.arguments.is_empty() => crate::checker::dotted(&c.func),
+        _ => crate::checker::dotted(e),
+    };
+    name.is_some_and(|n| n == "self.training" || n == "torch.is_grad_enabled")
+}
+
+fn names_a_choice(test: &Expr) -> bool {
     struct Words(bool);
     impl<'a> Visitor<'a> for Words {
         fn visit_expr(&mut self, e: &'a Expr) {
@@ -251,6 +275,24 @@ pub fn is_deliberate(test: &Expr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_training_mode_probe_leaves_the_choice_to_the_other_operands() {
+        let parse = |src: &str| {
+            ruff_python_parser::parse_expression(src)
+                .map(|p| p.into_expr())
+                .ok()
+        };
+        let deliberate = |src: &str| parse(src).is_some_and(|e| is_deliberate(&e));
+        assert!(!deliberate(
+            "torch.is_grad_enabled() and self.gradient_checkpointing"
+        ));
+        assert!(!deliberate("self.gradient_checkpointing and self.training"));
+        assert!(deliberate("self.training and self.freeze_backbone"));
+        assert!(deliberate("self.training"));
+        assert!(deliberate("torch.is_grad_enabled()"));
+        assert!(deliberate("self.training or self.gradient_checkpointing"));
+    }
 
     #[test]
     fn arms_of_one_test_exclude_each_other() {

@@ -123,7 +123,7 @@ impl<'a> Visitor<'a> for Clears<'a, '_> {
 }
 
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
-    let found = super::zero_grad_order::before_step(body, |s| cleared_in(s, ck));
+    let found = super::zero_grad_order::before_step(ck, body, |s| cleared_in(s, ck));
     if let Some(w) = found {
         let loc = ck.location(w);
         ck.report(

@@ -63,6 +63,22 @@ mod tests {
         assert_eq!(codes(src), vec![("GS319".into(), 4)]);
     }
 
+    /// CleanRL's PPO: the value of the next observation, for the returns, is computed under
+    /// `no_grad` with one method of the agent, and the loss trains the same critic through
+    /// another method.
+    #[test]
+    fn a_bootstrap_value_from_a_method_of_the_trained_agent_is_fine() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass Agent(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.critic = nn.Linear(4, 1)\n        self.actor = nn.Linear(4, 2)\n\n    def get_value(self, x):\n        return self.critic(x)\n\n    def get_action_and_value(self, x):\n        return self.actor(x), self.critic(x)\n\nif __name__ == '__main__':\n    agent = Agent().to('cpu')\n    optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4)\n    for update in range(10):\n        with torch.no_grad():\n            next_value = agent.get_value(next_obs)\n            returns = rewards + 0.99 * next_value\n        logits, newvalue = agent.get_action_and_value(obs)\n        loss = ((newvalue - returns) ** 2).mean() - logits.mean()\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // A part reached only through the method run under no_grad is still told: here the
+        // critic, when the other method uses the actor alone.
+        let bad = src.replace(
+            "return self.actor(x), self.critic(x)",
+            "return self.actor(x), self.actor(x)[:, :1]",
+        );
+        assert_eq!(codes(&bad), vec![("GS319".into(), 20)]);
+    }
+
     #[test]
     fn a_frozen_teacher_is_fine() {
         let src = "import torch\nimport torch.nn as nn\nteacher = nn.Linear(4, 2)\nstudent = nn.Linear(4, 2)\nopt = torch.optim.Adam(student.parameters())\nfor x in data:\n    with torch.no_grad():\n        t = teacher(x)\n        pseudo = student(x).argmax(-1)\n    loss = (student(x) - t).pow(2).mean() + nn.functional.cross_entropy(student(x), pseudo)\n    loss.backward()\n";

@@ -41,14 +41,24 @@ mod tests {
 
     #[test]
     fn flags_decorated_forward() {
-        let src = "class M(nn.Module):\n    @torch.no_grad()\n    def forward(self, x):\n        return x\n";
-        assert_eq!(codes(src), vec![("GS304".into(), 2)]);
+        let src = "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n    @torch.no_grad()\n    def forward(self, x):\n        return self.fc(x)\n";
+        assert_eq!(codes(src), vec![("GS304".into(), 5)]);
     }
 
     #[test]
     fn a_module_without_parameters_is_fine() {
         let src = "class Rotary(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self.inv_freq = nn.Buffer(torch.arange(d))\n    @torch.no_grad()\n    def forward(self, x):\n        return x * self.inv_freq\n";
         assert!(codes(src).is_empty());
+    }
+
+    /// DETR's `PostProcess`: no `__init__`, `nn.Module` its only base, boxes and scores out.
+    #[test]
+    fn a_post_processor_without_init_or_parameters_is_fine() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass PostProcess(nn.Module):\n    @torch.no_grad()\n    def forward(self, outputs, sizes):\n        prob = outputs['logits'].softmax(-1)\n        scores, labels = prob.max(-1)\n        return [{'scores': s, 'labels': l} for s, l in zip(scores, labels)]\n";
+        assert!(codes(src).is_empty());
+        // A base of its own may build parameters: unknown, so still told.
+        let src = src.replace("(nn.Module)", "(nn.Module, Heads)");
+        assert_eq!(codes(&src), vec![("GS304".into(), 5)]);
     }
 
     /// transformers' DeepSeek-V3.2 sparse-attention indexer: its result is the top-k indices.

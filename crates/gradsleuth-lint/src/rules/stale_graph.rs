@@ -67,6 +67,8 @@ struct Step {
     writes: Vec<String>,
     cut: bool,
     calls: bool,
+    /// See [`Reads::receivers`].
+    receivers: Vec<Option<String>>,
     /// The value is an object built by a class (`GradScaler()`, `Net()`): no tensor.
     construct: bool,
     /// The value is a call: (its receiver, dotted, if a method; the function's own name;
@@ -79,6 +81,9 @@ struct Step {
 struct Reads {
     names: Vec<String>,
     calls: bool,
+    /// Per call that can carry a graph, the plain name it is a method of (`env` in
+    /// `env.step(a)`), None for anything else (`model(x)`, `self.encoder(x)`).
+    receivers: Vec<Option<String>>,
     backward: Vec<String>,
 }
 
@@ -129,6 +134,15 @@ impl<'a> Visitor<'a> for Reads {
                     }
                 }
                 self.calls |= !plain;
+                if !plain {
+                    self.receivers.push(match c.func.as_ref() {
+                        Expr::Attribute(a) => match a.value.as_ref() {
+                            Expr::Name(n) => Some(n.id.to_string()),
+                            _ => None,
+                        },
+                        _ => None,
+                    });
+                }
                 // A name only called (`model(x)`) is a module or a function, not a value
                 // that carries a graph: read its arguments only.
                 if matches!(c.func.as_ref(), Expr::Name(_)) {
@@ -190,6 +204,7 @@ fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) 
         reads: r.names,
         writes,
         calls: r.calls,
+        receivers: r.receivers,
         backward: r.backward,
     }
 }
@@ -235,11 +250,19 @@ fn flatten(body: &[Stmt], out: &mut Vec<Step>) {
                     flatten(&c.body, out);
                 }
             }
-            // Values made under `no_grad` carry no graph: left out.
+            // Values made under `no_grad` carry no graph: they are assigned there (a frozen
+            // backbone's features, DINO's linear evaluation), with nothing to carry.
             Stmt::With(w)
                 if w.items
                     .iter()
-                    .any(|i| crate::checker::disables_grad(&i.context_expr)) => {}
+                    .any(|i| crate::checker::disables_grad(&i.context_expr)) =>
+            {
+                let from = out.len();
+                flatten(&w.body, out);
+                for st in &mut out[from..] {
+                    st.cut = true;
+                }
+            }
             Stmt::With(w) => flatten(&w.body, out),
             Stmt::Try(t) => {
                 flatten(&t.body, out);
@@ -293,9 +316,29 @@ fn slice(
     (carried, in_slice)
 }
 
-fn loop_steps(body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {
+/// A method of an object the file never runs as a model (`env.step(action.item())`, a
+/// gym environment in a reinforcement-learning loop) adds no graph of its own: what it
+/// returns carries one only through its arguments, which the slice follows anyway.
+fn settle_calls(ck: &Checker, steps: &mut [Step]) {
+    for st in steps {
+        if st.calls {
+            st.calls = st
+                .receivers
+                .iter()
+                .any(|r| r.as_deref().is_none_or(|n| runs_as_model(ck, n)));
+        }
+    }
+}
+
+/// `name` is called (`name(x)`) or used as a module or an optimizer somewhere in the file.
+fn runs_as_model(ck: &Checker, name: &str) -> bool {
+    ck.runs_as_model(name)
+}
+
+fn loop_steps(ck: &Checker, body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {
     let mut steps = Vec::new();
     flatten(body, &mut steps);
+    settle_calls(ck, &mut steps);
     let backwards: Vec<usize> = (0..steps.len())
         .filter(|&i| !steps[i].backward.is_empty())
         .collect();
@@ -303,7 +346,7 @@ fn loop_steps(body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {
 }
 
 pub fn check(ck: &mut Checker, loop_targets: &[String], body: &[Stmt]) {
-    let Some((steps, backwards)) = loop_steps(body) else {
+    let Some((steps, backwards)) = loop_steps(ck, body) else {
         return;
     };
     let defs = |name: &str, before: usize| last_def(&steps, name, before);
@@ -407,12 +450,13 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
     for stmt in block {
         let seen = before.len();
         flatten(std::slice::from_ref(stmt), &mut before);
+        settle_calls(ck, &mut before[seen..]);
         let (targets, body) = match stmt {
             Stmt::For(f) => (loop_targets(&f.target), &f.body),
             Stmt::While(w) => (Vec::new(), &w.body),
             _ => continue,
         };
-        let Some((steps, backwards)) = loop_steps(body) else {
+        let Some((steps, backwards)) = loop_steps(ck, body) else {
             continue;
         };
         let (entering, _) = slice(&steps, &backwards, &targets);
@@ -521,6 +565,9 @@ mod tests {
     fn an_rnn_state_fed_back_without_detach() {
         let src = "hidden = None\nfor x, y in data:\n    out, hidden = model(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n    opt.step()\n";
         assert_eq!(codes(src), vec![("GS324".into(), 3)]);
+        // Through a method of a model the file runs: still its graph.
+        let src = "hidden = None\nopt = torch.optim.SGD(rnn.parameters(), lr=0.1)\nfor x, y in data:\n    out, hidden = rnn.step(x, hidden)\n    loss = crit(out, y)\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 4)]);
     }
 
     #[test]
@@ -566,6 +613,11 @@ mod tests {
             "for idx in range(3):\n    loss = model(input).sum()\n    loss.backward()\n    input = input[torch.randperm(4)]\n",
             "for x in data:\n    x = x + torch.randn_like(x) * noise\n    loss = model(x).sum()\n    loss.backward()\n",
             "for batch in data:\n    loss_fn(m(batch)).backward()\n    m = rpc.rpc_sync(owner, update, args=(grads,))\n",
+            // Features of a frozen backbone computed under `no_grad`, then a classifier on
+            // them (DINO's linear evaluation).
+            "for x, y in data:\n    with torch.no_grad():\n        out = backbone(x)\n    out = clf(out)\n    loss = crit(out, y)\n    loss.backward()\n",
+            // An environment's observation, from an action read as a number (REINFORCE).
+            "env = gym.make('CartPole-v1')\nobs, _ = env.reset()\nfor episode in range(10):\n    logits = policy(torch.as_tensor(obs))\n    action = logits.argmax()\n    obs, reward, done, trunc, info = env.step(action.item())\n    loss = -logits.log_softmax(-1)[action] * reward\n    loss.backward()\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));

@@ -3,16 +3,16 @@
 use ruff_python_ast::Stmt;
 
 use super::Rule;
-use crate::checker::{text_of, Checker};
+use crate::checker::Checker;
 
 pub const RULE: Rule = Rule { code: "GS313" };
 
+/// (An optimizer's `.step()`, a `.backward()`) in the statement: a schedule's or a weight
+/// average's step and an environment's (its result unpacked) are not the first.
 fn method_calls(ck: &Checker, s: &Stmt) -> (bool, bool) {
-    let text = text_of(ck.source, s);
-    (
-        text.contains(".step(") && !text.contains("scheduler") && !text.contains("sched."),
-        text.contains(".backward("),
-    )
+    let names = super::zero_grad_order::calls(ck, s);
+    let has = |n: &str| names.iter().any(|x| x == n);
+    (has("step"), has("backward"))
 }
 
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
@@ -46,6 +46,22 @@ mod tests {
     fn flags_step_before_backward() {
         let src = "for x in data:\n    opt.zero_grad()\n    opt.step()\n    loss = model(x).sum()\n    loss.backward()\n";
         assert_eq!(codes(src), vec![("GS313".into(), 3)]);
+    }
+
+    /// A reinforcement-learning loop: the environment steps before the policy's loss.
+    #[test]
+    fn an_environment_step_is_no_optimizer_step() {
+        let src = "env = gym.make('CartPole-v1')\nopt = torch.optim.Adam(policy.parameters())\nobs, _ = env.reset()\nfor episode in range(10):\n    logits = policy(torch.as_tensor(obs))\n    action = torch.distributions.Categorical(logits=logits).sample()\n    obs, reward, terminated, truncated, info = env.step(action.item())\n    loss = -logits.log_softmax(-1)[action] * reward\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // A schedule or an average built in the file steps first: fine too.
+        for first in [
+            "lr_scheduler = get_scheduler('cosine', opt)\n",
+            "avg = EMAModel(policy.parameters())\n",
+        ] {
+            let name = first.split(' ').next().unwrap_or_default();
+            let src = format!("{first}for x in data:\n    {name}.step()\n    loss = policy(x).sum()\n    loss.backward()\n    opt.step()\n");
+            assert!(codes(&src).is_empty(), "{src}: {:?}", codes(&src));
+        }
     }
 
     #[test]

@@ -33,6 +33,20 @@ mod tests {
         assert_eq!(codes(src), vec![("GS318".into(), 12)]);
     }
 
+    /// PyTorch's own REINFORCE example: the policy keeps the episode's rewards (numbers from
+    /// the environment) in a plain list attribute, and the returns are built from them.
+    #[test]
+    fn rewards_kept_in_a_list_attribute_of_the_policy_are_fine() {
+        let src = "import torch\nimport torch.nn as nn\n\nclass Policy(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.affine = nn.Linear(4, 2)\n        self.saved_log_probs = []\n        self.rewards = []\n\n    def forward(self, x):\n        return self.affine(x).softmax(-1)\n\npolicy = Policy()\noptimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)\n\ndef finish_episode():\n    R = 0\n    returns = []\n    for r in policy.rewards[::-1]:\n        R = r + 0.99 * R\n        returns.insert(0, R)\n    returns = torch.tensor(returns)\n    loss = torch.cat([-lp * R for lp, R in zip(policy.saved_log_probs, returns)]).sum()\n    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // A submodule's output rewrapped is still told.
+        let bad = src.replace(
+            "for r in policy.rewards[::-1]:",
+            "for r in policy.affine(torch.ones(4))[::-1]:",
+        );
+        assert_eq!(codes(&bad), vec![("GS318".into(), 23)]);
+    }
+
     #[test]
     fn wrapping_data_is_fine() {
         let src = "import torch\nimport torch.nn as nn\nmodel = nn.Linear(3, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor xs, ys in data:\n    x = torch.tensor(xs, dtype=torch.float32)\n    y = torch.as_tensor(ys, device=x.device)\n    loss = (model(x) - y).pow(2).mean()\n    loss.backward()\n";

@@ -317,6 +317,18 @@ const MODULE_METHODS: &[&str] = &[
     "forward",
 ];
 
+/// What a statement binds and to what: an assignment's targets and value (None: the target
+/// is rebound to something else, as by `+=` or a `for` loop); nothing for other statements.
+pub fn bound_by(s: &Stmt) -> (&[Expr], Option<&Expr>) {
+    match s {
+        Stmt::Assign(a) => (&a.targets, Some(&a.value)),
+        Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
+        Stmt::AugAssign(a) => (std::slice::from_ref(&a.target), None),
+        Stmt::For(f) => (std::slice::from_ref(&f.target), None),
+        _ => (&[], None),
+    }
+}
+
 /// The source text of `node`.
 pub fn text_of<'s>(source: &'s str, node: &impl Ranged) -> &'s str {
     let r = node.range();
@@ -392,16 +404,13 @@ impl<'a> Checker<'a> {
         struct Bindings(HashMap<String, Vec<Option<String>>>);
         impl<'a> Visitor<'a> for Bindings {
             fn visit_stmt(&mut self, s: &'a Stmt) {
-                let (targets, value): (&[Expr], Option<&Expr>) = match s {
-                    Stmt::Assign(a) => (&a.targets, Some(&a.value)),
-                    Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
-                    _ => (&[], None),
-                };
-                if let Some(v) = value {
-                    for t in targets {
-                        if let Some(name) = dotted(t) {
-                            self.0.entry(name).or_default().push(call_name(v));
-                        }
+                let (targets, value) = bound_by(s);
+                for t in targets {
+                    if let Some(name) = dotted(t) {
+                        self.0
+                            .entry(name)
+                            .or_default()
+                            .push(value.and_then(call_name));
                     }
                 }
                 visitor::walk_stmt(self, s);

@@ -926,7 +926,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 found.visit_stmt(s);
             }
         }
-        !found.1.is_empty() && found.1.iter().all(|v| is_literal(v))
+        !found.1.is_empty() && found.1.iter().all(|v| v.is_some_and(is_literal))
     }
 
     /// Whether an optimizer of the file is given `source`'s parameters: named itself, or
@@ -2106,21 +2106,16 @@ impl<'a, 'c> Flow<'a, 'c> {
     }
 }
 
-/// The values `self.{attr}` is assigned in a class.
-struct SelfAssigned<'s, 'a>(&'s str, Vec<&'a Expr>);
+/// The values `self.{attr}` is assigned in a class (None: rebound otherwise).
+struct SelfAssigned<'s, 'a>(&'s str, Vec<Option<&'a Expr>>);
 
 impl<'a> Visitor<'a> for SelfAssigned<'_, 'a> {
     fn visit_stmt(&mut self, s: &'a Stmt) {
-        let (targets, value): (&[Expr], Option<&'a Expr>) = match s {
-            Stmt::Assign(a) => (&a.targets, Some(&a.value)),
-            Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
-            _ => (&[], None),
-        };
+        let (targets, value) = crate::checker::bound_by(s);
         for t in targets {
             if dotted(t).is_some_and(|d| d.strip_prefix("self.") == Some(self.0)) {
-                if let Some(v) = value {
-                    self.1.push(v);
-                }
+                // (`+=`, a loop target: no literal.)
+                self.1.push(value);
             }
         }
         visitor::walk_stmt(self, s);
@@ -2162,13 +2157,7 @@ fn instances_of_file_classes(ck: &Checker, module: &ModModule) -> HashMap<String
     struct Binds<'c, 'a>(&'c Checker<'a>, HashMap<String, Option<String>>);
     impl<'a> Visitor<'a> for Binds<'_, '_> {
         fn visit_stmt(&mut self, s: &'a Stmt) {
-            let (targets, value): (&[Expr], Option<&Expr>) = match s {
-                Stmt::Assign(a) => (&a.targets, Some(&a.value)),
-                Stmt::AnnAssign(a) => (std::slice::from_ref(&a.target), a.value.as_deref()),
-                Stmt::AugAssign(a) => (std::slice::from_ref(&a.target), None),
-                Stmt::For(f) => (std::slice::from_ref(&f.target), None),
-                _ => (&[], None),
-            };
+            let (targets, value) = crate::checker::bound_by(s);
             for t in targets {
                 let mut names = Vec::new();
                 crate::checker::bound_names(t, &mut names);

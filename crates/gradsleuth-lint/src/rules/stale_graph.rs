@@ -9,7 +9,9 @@
 //! assigns it comes from the previous iteration; it is reported when the body's last
 //! assignment of it carries a graph: its value is not cut (`.detach()`, `.item()`,
 //! `float()`, `.tolist()`, `.numpy()`, a helper named for detaching) and depends on a call
-//! (a model or loss) or on the loss itself. A counter (`n = n + 1`) depends on neither.
+//! (a model or loss) or on the loss itself. A counter (`n = n + 1`) depends on neither, nor
+//! does an environment's observation (`env.step(action.item())`: a method of an object the
+//! file never runs as a model), nor a value assigned under `no_grad`.
 
 use std::collections::{HashMap, HashSet};
 
@@ -325,14 +327,9 @@ fn settle_calls(ck: &Checker, steps: &mut [Step]) {
             st.calls = st
                 .receivers
                 .iter()
-                .any(|r| r.as_deref().is_none_or(|n| runs_as_model(ck, n)));
+                .any(|r| r.as_deref().is_none_or(|n| ck.runs_as_model(n)));
         }
     }
-}
-
-/// `name` is called (`name(x)`) or used as a module or an optimizer somewhere in the file.
-fn runs_as_model(ck: &Checker, name: &str) -> bool {
-    ck.runs_as_model(name)
 }
 
 fn loop_steps(ck: &Checker, body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {

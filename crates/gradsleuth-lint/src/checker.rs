@@ -303,8 +303,10 @@ pub fn bound_names<'a>(target: &'a Expr, out: &mut Vec<&'a str>) {
     }
 }
 
-/// Methods only a module or an optimizer has: a name they are called on runs as one.
-const MODULE_METHODS: &[&str] = &[
+/// Methods only a module or an optimizer has: a name they are called on runs as one
+/// (`Checker::runs_as_model`; GS324's before-loop check reads them in the text, for dotted
+/// holders too).
+pub(crate) const MODULE_METHODS: &[&str] = &[
     "parameters",
     "named_parameters",
     "train",

@@ -513,19 +513,9 @@ fn returns_object(ck: &Checker, step: &Step) -> bool {
 /// A name the file treats as a module or an optimizer (`model.parameters()`, `model.train()`,
 /// `opt.zero_grad()`): passed to the loss helper, it is not a value with a graph.
 fn is_module_like(ck: &Checker, name: &str) -> bool {
-    [
-        "parameters(",
-        "named_parameters(",
-        "train(",
-        "eval(",
-        "state_dict(",
-        "zero_grad(",
-        "modules(",
-        "children(",
-        "requires_grad_(",
-    ]
-    .iter()
-    .any(|m| ck.source.contains(&format!("{name}.{m}")))
+    crate::checker::MODULE_METHODS
+        .iter()
+        .any(|m| ck.source.contains(&format!("{name}.{m}(")))
 }
 
 /// The names a `for` target binds.

@@ -71,6 +71,9 @@ pub struct Checker<'a> {
     /// whether they are a whole model's (see `rules::update_discarded::param_list`). A name
     /// is taken for the whole file: a loop over it is a loop over parameters.
     pub param_lists: HashMap<String, bool>,
+    /// The outputs given to a `torch.autograd.grad` that raises when one of its inputs has no
+    /// path to them (no `allow_unused=True`): see `rules::loss_rewrap`.
+    pub(crate) loud_grad_outputs: Vec<ruff_text_size::TextRange>,
 }
 
 /// `a.b.c` for a chain of names and attributes; None for anything else.
@@ -372,6 +375,7 @@ impl<'a> Checker<'a> {
             param_lists: HashMap::new(),
             bindings: HashMap::new(),
             models: HashSet::new(),
+            loud_grad_outputs: Vec::new(),
         }
     }
 

@@ -424,7 +424,7 @@ fn values_indices(e: &Expr) -> bool {
 }
 
 /// Tensor metadata: no gradient flows through it.
-const SHAPE_ATTRS: &[&str] = &[
+pub(crate) const SHAPE_ATTRS: &[&str] = &[
     "shape",
     "device",
     "dtype",
@@ -434,10 +434,11 @@ const SHAPE_ATTRS: &[&str] = &[
     "grad_fn",
     "layout",
 ];
-const SHAPE_METHODS: &[&str] = &["size", "dim", "numel", "stride", "get_device", "data_ptr"];
+pub(crate) const SHAPE_METHODS: &[&str] =
+    &["size", "dim", "numel", "stride", "get_device", "data_ptr"];
 /// Methods whose arguments give only a dtype, device or shape (`x.to(other)`,
 /// `x.type_as(other)`): the gradient goes to the receiver alone.
-const LIKE_METHODS: &[&str] = &["to", "type_as", "view_as", "expand_as", "reshape_as"];
+pub(crate) const LIKE_METHODS: &[&str] = &["to", "type_as", "view_as", "expand_as", "reshape_as"];
 const OPAQUE_BUILTINS: &[&str] = &[
     "len",
     "isinstance",
@@ -723,6 +724,11 @@ impl OptimizerArgs<'_, '_> {
         for n in names.0 {
             if !n.contains('.') && seen.insert(n.clone()) {
                 for v in self.1 .0.get(&n).into_iter().flatten() {
+                    if is_new_leaf(v) {
+                        // The optimizer trains the leaf itself (Imagic's text embeddings,
+                        // an adversarial input), not what its first value was copied from.
+                        continue;
+                    }
                     if whole.0.contains(&n) {
                         self.names_in(v, out, seen);
                     } else {
@@ -735,6 +741,34 @@ impl OptimizerArgs<'_, '_> {
             out.push(n);
         }
     }
+}
+
+/// A value that starts a new leaf: `nn.Parameter(t)`, `torch.tensor(t)`, or a chain through
+/// `.detach()` (`t.detach().clone().requires_grad_()`).
+fn is_new_leaf(v: &Expr) -> bool {
+    let mut e = v;
+    while let Expr::Call(c) = e {
+        match c.func.as_ref() {
+            Expr::Attribute(a) if matches!(a.attr.id.as_str(), "detach" | "detach_") => {
+                return true
+            }
+            Expr::Attribute(a)
+                if matches!(
+                    a.attr.id.as_str(),
+                    "requires_grad_" | "clone" | "to" | "float" | "half" | "contiguous"
+                ) =>
+            {
+                e = &a.value;
+            }
+            f => {
+                return dotted(f).is_some_and(|n| {
+                    n.rsplit('.').next() == Some("Parameter")
+                        || matches!(n.as_str(), "torch.tensor" | "torch.as_tensor")
+                })
+            }
+        }
+    }
+    false
 }
 
 /// The plain names an expression uses as values, not only as the base of an attribute.

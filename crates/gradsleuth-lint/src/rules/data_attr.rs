@@ -218,30 +218,46 @@ fn state_target(t: &Expr) -> bool {
     }
 }
 
-/// Is `range` an argument of a call that makes a new leaf or module state?
-fn in_leaf_call(s: &Stmt, range: TextRange) -> bool {
-    struct Find {
-        range: TextRange,
+/// Does some expression within `s` satisfy `pred`?
+fn any_expr(s: &Stmt, pred: impl Fn(&Expr) -> bool) -> bool {
+    struct Find<F> {
+        pred: F,
         found: bool,
     }
-    impl<'a> Visitor<'a> for Find {
+    impl<'a, F: Fn(&Expr) -> bool> Visitor<'a> for Find<F> {
         fn visit_expr(&mut self, e: &'a Expr) {
-            if let Expr::Call(c) = e {
-                if c.arguments.range().contains_range(self.range)
-                    && dotted(&c.func).is_some_and(|n| makes_leaf(&n))
-                {
-                    self.found = true;
-                }
-            }
+            self.found |= (self.pred)(e);
             visitor::walk_expr(self, e);
         }
     }
-    let mut f = Find {
-        range,
-        found: false,
-    };
+    let mut f = Find { pred, found: false };
     f.visit_stmt(s);
     f.found
+}
+
+/// Is `range` an argument of a call that makes a new leaf or module state?
+fn in_leaf_call(s: &Stmt, range: TextRange) -> bool {
+    any_expr(s, |e| {
+        matches!(e, Expr::Call(c) if c.arguments.range().contains_range(range)
+            && dotted(&c.func).is_some_and(|n| makes_leaf(&n)))
+    })
+}
+
+/// Is `range` inside a condition within `s`: the test of a conditional expression or of a
+/// comprehension (`im if im.data.contiguous else np.ascontiguousarray(im)`, YOLOv5's
+/// `AutoShape`)? A condition chooses a value; no gradient flows through it.
+fn in_condition(s: &Stmt, range: TextRange) -> bool {
+    any_expr(s, |e| {
+        let tests: Vec<&Expr> = match e {
+            Expr::If(i) => vec![&i.test],
+            Expr::ListComp(g) => g.generators.iter().flat_map(|c| &c.ifs).collect(),
+            Expr::SetComp(g) => g.generators.iter().flat_map(|c| &c.ifs).collect(),
+            Expr::DictComp(g) => g.generators.iter().flat_map(|c| &c.ifs).collect(),
+            Expr::Generator(g) => g.generators.iter().flat_map(|c| &c.ifs).collect(),
+            _ => Vec::new(),
+        };
+        tests.iter().any(|t| t.range().contains_range(range))
+    })
 }
 
 /// Is the value at `range` (in statement `s`) used only where autograd was never wanted?
@@ -252,7 +268,10 @@ fn harmless_use(
     loads: &HashMap<String, Vec<(TextRange, &Stmt)>>,
     memo: &mut HashMap<String, bool>,
 ) -> bool {
-    if harmless_suffix(&source[range.end().to_usize()..]) || in_leaf_call(s, range) {
+    if harmless_suffix(&source[range.end().to_usize()..])
+        || in_leaf_call(s, range)
+        || in_condition(s, range)
+    {
         return true;
     }
     // Each name is judged once (`memo`); a name met again while being judged (`x = x.data`,
@@ -352,5 +371,11 @@ mod tests {
         return self.base(x)
 "#;
         assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // A condition inside an expression: a conditional's test, a comprehension's filter.
+        let src = "class M(nn.Module):\n    def forward(self, ims):\n        ims = [im if im.data.contiguous else np.ascontiguousarray(im) for im in ims]\n        xs = [x for x in ims if x.data.any()]\n        return self.net(xs)\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // The chosen value itself is no condition.
+        let src = "class M(nn.Module):\n    def forward(self, x, skip):\n        h = x.data if skip else x\n        return self.net(h)\n";
+        assert_eq!(codes(src), vec![("GS306".into(), 3)]);
     }
 }

@@ -48,10 +48,14 @@ impl<'a> Visitor<'a> for CalledUnderNoGrad {
             }
             Stmt::FunctionDef(f) => {
                 let saved = self.depth;
+                // A function nested in one that runs under `no_grad` runs there too: it is
+                // local, called by its encloser or by its siblings (open_clip's
+                // `load_big_vision_weights` and its `_copy_*` helpers).
                 self.depth = u32::from(
                     f.decorator_list
                         .iter()
-                        .any(|d| disables_grad(&d.expression)),
+                        .any(|d| disables_grad(&d.expression))
+                        || (!self.within.is_empty() && saved > 0),
                 );
                 self.within.push(f.name.id.to_string());
                 visitor::walk_stmt(self, s);
@@ -90,6 +94,8 @@ struct Finder<'n> {
     entry_classes: &'n HashSet<String>,
     class: Vec<String>,
     no_grad: u32,
+    /// Enclosing functions, counted.
+    nested: u32,
     loop_params: Vec<String>,
     hits: Vec<TextRange>,
 }
@@ -133,10 +139,13 @@ impl<'a> Visitor<'a> for Finder<'_> {
                     .iter()
                     .any(|d| disables_grad(&d.expression))
                     || self.exempt.contains(name)
-                    || !(entry || self.called.contains(name));
+                    || !(entry || self.called.contains(name))
+                    || (self.nested > 0 && self.no_grad > 0);
                 let saved = (self.no_grad, std::mem::take(&mut self.loop_params));
                 self.no_grad = u32::from(off);
+                self.nested += 1;
                 visitor::walk_stmt(self, s);
+                self.nested -= 1;
                 (self.no_grad, self.loop_params) = saved;
                 return;
             }
@@ -213,6 +222,7 @@ pub fn check(ck: &mut Checker, module: &ModModule) {
         entry_classes: &entry_classes,
         class: Vec::new(),
         no_grad: 0,
+        nested: 0,
         loop_params: Vec::new(),
         hits: Vec::new(),
     };
@@ -254,6 +264,17 @@ mod tests {
         // Called in the file with gradient recording on: PyTorch raises.
         let called = format!("{src}\nconvert_model(net)\n");
         assert_eq!(codes(&called), vec![("GS320".into(), 3)]);
+    }
+
+    #[test]
+    fn helpers_nested_in_a_no_grad_function_run_under_it() {
+        // open_clip's checkpoint converter: helpers defined inside a `@torch.no_grad()`
+        // function, calling one another.
+        let src = "@torch.no_grad()\ndef load(model, w):\n    def _head(m):\n        m.head.weight.copy_(w['h'])\n    def _img(m):\n        m.proj.weight.copy_(w['p'])\n        _head(m)\n    _img(model)\n\nload(net, ckpt)\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // Nested in a function that records gradients: PyTorch raises.
+        let src = "def load(model, w):\n    def _head(m):\n        m.head.weight.copy_(w['h'])\n    _head(model)\n\nload(net, ckpt)\n";
+        assert_eq!(codes(src), vec![("GS320".into(), 3)]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! GS307: the loss re-made with `torch.tensor(loss.item(), requires_grad=True)`.
 
 use ruff_python_ast::Expr;
+use ruff_text_size::Ranged;
 
 use super::Rule;
 use crate::checker::{call_name, Checker};
@@ -50,10 +51,42 @@ pub fn check_assign(ck: &mut Checker, a: &ruff_python_ast::StmtAssign) {
     }
 }
 
+/// `torch.autograd.grad(outputs, inputs)` without `allow_unused=True`: it raises when an
+/// input has no path to the outputs, so a loss without history fails loudly there, and
+/// `loss.requires_grad_(True)` handed to it is a no-op on a loss that has one (diffusers'
+/// guidance pipelines differentiate a loss with respect to the latents this way).
+fn loud_grad_outputs(e: &Expr) -> Option<&Expr> {
+    let Expr::Call(c) = e else { return None };
+    let name = call_name(e)?;
+    if !(name == "grad" || name.ends_with("autograd.grad")) {
+        return None;
+    }
+    let unused = c.arguments.keywords.iter().any(|k| {
+        k.arg
+            .as_ref()
+            .is_some_and(|a| a.id.as_str() == "allow_unused")
+            && !matches!(&k.value, Expr::BooleanLiteral(b) if !b.value)
+    });
+    if unused {
+        return None;
+    }
+    c.arguments.args.first().or_else(|| {
+        c.arguments
+            .keywords
+            .iter()
+            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == "outputs"))
+            .map(|k| &k.value)
+    })
+}
+
 pub fn check(ck: &mut Checker, e: &Expr) {
     let Expr::Call(c) = e else { return };
+    if let Some(outputs) = loud_grad_outputs(e) {
+        ck.loud_grad_outputs.push(outputs.range());
+    }
     if let Expr::Attribute(at) = c.func.as_ref() {
         if at.attr.id.as_str() == "requires_grad_"
+            && !ck.loud_grad_outputs.contains(&e.range())
             && is_loss_name(&at.value)
             && !matches!(c.arguments.args.first(), Some(Expr::BooleanLiteral(b)) if !b.value)
         {
@@ -100,6 +133,21 @@ mod tests {
     fn flags_requires_grad_switched_on_for_the_loss() {
         let src = "loss = smoothness(model())\nloss.requires_grad_(True)\nloss.backward()\nval_loss = f(x)\nval_loss.requires_grad = True\n";
         assert_eq!(codes(src), vec![("GS307".into(), 2), ("GS307".into(), 5)]);
+    }
+
+    #[test]
+    fn a_gradient_that_raises_without_history_is_loud() {
+        // Guidance: the loss differentiated with respect to the latents; a loss without
+        // history would raise there.
+        let src = "latents.requires_grad_(True)\nloss = attention_loss(unet(latents))\ng = torch.autograd.grad(loss.requires_grad_(True), [latents])[0]\n";
+        assert!(codes(src).is_empty());
+        // With `allow_unused=True` it would not raise, and `backward` never does.
+        let src = "g = torch.autograd.grad(loss.requires_grad_(True), params, allow_unused=True)\nloss.requires_grad_().backward()\n";
+        let gs307: Vec<_> = codes(src)
+            .into_iter()
+            .filter(|(c, _)| c == "GS307")
+            .collect();
+        assert_eq!(gs307, vec![("GS307".into(), 1), ("GS307".into(), 2)]);
     }
 
     #[test]

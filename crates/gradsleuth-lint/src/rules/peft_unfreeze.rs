@@ -8,6 +8,7 @@ use ruff_python_ast::{Expr, Stmt};
 
 use super::Rule;
 use crate::checker::{call_name, dotted, text_of, Checker};
+use crate::path::{Ctx, FALSE, TRUE};
 
 pub const RULE: Rule = Rule { code: "GS325" };
 
@@ -105,49 +106,87 @@ fn sets_trainable<'a>(body: &'a [Stmt], var: &str, source: &str, out: &mut Vec<&
 }
 
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
-    visit(ck, body, &mut Vec::new());
+    visit(ck, body, &mut Vec::new(), &Ctx::default());
 }
 
+/// A model PEFT froze, with the path on which it did (`if args.train_text_encoder:`).
+type Frozen = (String, Ctx);
+
 /// The statements of `body` in order, into the blocks of `if`, `with`, `try` and loops (a
-/// script's `if args.unfreeze:`), with the PEFT models bound so far.
-fn visit(ck: &mut Checker, body: &[Stmt], models: &mut Vec<String>) {
+/// script's `if args.unfreeze:`), with the PEFT models bound so far and the path to `body`.
+///
+/// An `if`'s arms are exclusive, and a script's tests read its fixed configuration: an adapter
+/// added under `if args.train_text_encoder:` is not on the model in a later
+/// `if args.train_text_encoder: ... elif args.train_text_encoder_ti:` arm (diffusers'
+/// DreamBooth scripts train one or the other). A test is known by its text (see
+/// [`crate::path`]); a test inside a loop, which may change between iterations, constrains
+/// nothing.
+fn visit(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ctx) {
+    visit_in(ck, body, models, path, false);
+}
+
+fn visit_in(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ctx, looped: bool) {
     for s in body {
         match s {
             Stmt::If(i) => {
-                visit(ck, &i.body, models);
-                for c in &i.elif_else_clauses {
-                    visit(ck, &c.body, models);
+                let mut before = path.clone();
+                let tests = std::iter::once(Some(&*i.test))
+                    .chain(i.elif_else_clauses.iter().map(|c| c.test.as_ref()));
+                let arms =
+                    std::iter::once(&i.body).chain(i.elif_else_clauses.iter().map(|c| &c.body));
+                for (test, arm) in tests.zip(arms) {
+                    let mut on = before.clone();
+                    if let (Some(t), false) = (test, looped) {
+                        let key = test_key(ck.source, t);
+                        on = before.with(key, TRUE);
+                        before = before.with(key, FALSE);
+                    }
+                    visit_in(ck, arm, models, &on, looped);
                 }
             }
-            Stmt::With(w) => visit(ck, &w.body, models),
+            Stmt::With(w) => visit_in(ck, &w.body, models, path, looped),
             Stmt::Try(t) => {
-                visit(ck, &t.body, models);
-                visit(ck, &t.orelse, models);
-                visit(ck, &t.finalbody, models);
+                visit_in(ck, &t.body, models, path, looped);
+                visit_in(ck, &t.orelse, models, path, looped);
+                visit_in(ck, &t.finalbody, models, path, looped);
             }
-            Stmt::While(w) => visit(ck, &w.body, models),
+            Stmt::While(w) => visit_in(ck, &w.body, models, path, true),
             _ => {}
         }
+        // The models PEFT froze on a path this statement can be on.
+        let here: Vec<String> = models
+            .iter()
+            .filter(|(_, p)| p.compatible(path))
+            .map(|(m, _)| m.clone())
+            .collect();
         if let Stmt::For(f) = s {
-            if !models.is_empty() && unfreezes(ck, s, models) {
+            if !here.is_empty() && unfreezes(ck, s, &here) {
                 continue;
             }
-            visit(ck, &f.body, models);
+            visit_in(ck, &f.body, models, path, true);
             continue;
         }
         if let Some(m) = peft_model(s) {
-            models.push(m);
+            models.push((m, path.clone()));
             continue;
         }
         // Rebound to something else (`model = model.merge_and_unload()`): a plain model now.
         if let Stmt::Assign(a) = s {
             let rebound: Vec<String> = a.targets.iter().filter_map(dotted).collect();
-            models.retain(|m| !rebound.contains(m));
+            models.retain(|(m, _)| !rebound.contains(m));
         }
-        if !models.is_empty() {
-            unfreezes(ck, s, models);
+        if !here.is_empty() {
+            unfreezes(ck, s, &here);
         }
     }
+}
+
+/// One `if` test's identity: its text (two tests reading the same flags are one test).
+fn test_key(source: &str, test: &Expr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text_of(source, test).hash(&mut h);
+    h.finish()
 }
 
 /// Reports `s` when it sets trainable what `get_peft_model` froze in one of `models`;
@@ -267,6 +306,23 @@ mod tests {
         assert!(
             codes("model = AutoModel.from_pretrained(p)\nmodel.requires_grad_(True)\n").is_empty()
         );
+        // The adapter is added in one arm, the embeddings trained in another (diffusers'
+        // DreamBooth: LoRA on the text encoder, or textual inversion of its token embeddings).
+        let src = "if args.lora:\n    enc.add_adapter(cfg)\nelif args.ti:\n    for n, p in enc.named_parameters():\n        if 'token_embedding' in n:\n            p.requires_grad = True\n";
+        assert!(codes(src).is_empty());
+        // Same in a later `if` on the same flag (diffusers' Flux DreamBooth).
+        let src = "if args.lora:\n    enc.add_adapter(cfg)\nif args.fp16:\n    x = 1\nif args.lora:\n    pass\nelif args.ti:\n    enc.requires_grad_(True)\n";
+        assert!(codes(src).is_empty());
+        // Past an `if` that may have added it, the adapter may be there; in the same arm, on
+        // the same flag later, or past an `if` whose every arm adds it, it is.
+        for (src, line) in [
+            ("if args.lora:\n    enc.add_adapter(cfg)\nenc.requires_grad_(True)\n", 3),
+            ("if args.lora:\n    enc.add_adapter(cfg)\n    enc.requires_grad_(True)\n", 3),
+            ("if args.lora:\n    enc.add_adapter(cfg)\nif args.lora:\n    enc.requires_grad_(True)\n", 4),
+            ("if a:\n    enc.add_adapter(c1)\nelse:\n    enc.add_adapter(c2)\nenc.requires_grad_(True)\n", 5),
+        ] {
+            assert_eq!(codes(src), vec![("GS325".into(), line)], "{src}");
+        }
         // Progressive unfreezing without PEFT.
         let src = "for p in backbone.parameters():\n    p.requires_grad = False\nfor p in backbone.parameters():\n    p.requires_grad = True\n";
         assert!(codes(src).is_empty());

@@ -11,7 +11,9 @@
 //! `float()`, `.tolist()`, `.numpy()`, a helper named for detaching) and depends on a call
 //! (a model or loss) or on the loss itself. A counter (`n = n + 1`) depends on neither, nor
 //! does an environment's observation (`env.step(action.item())`: a method of an object the
-//! file never runs as a model), nor a value assigned under `no_grad`.
+//! file never runs as a model), nor a value assigned under `no_grad`. Tensor metadata
+//! (`x.device`, `x.size(0)`) reads nothing; `t.to(device=x.device)` reads `t` only; a
+//! comprehension's own loop variables are not the names outside it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,6 +23,7 @@ use ruff_text_size::{Ranged, TextRange};
 
 use super::Rule;
 use crate::checker::Checker;
+use crate::flow::{LIKE_METHODS, SHAPE_ATTRS, SHAPE_METHODS};
 
 pub const RULE: Rule = Rule { code: "GS324" };
 
@@ -70,10 +73,10 @@ struct Step {
     cut: bool,
     calls: bool,
     /// See [`Reads::receivers`].
-    receivers: Vec<Option<String>>,
+    receivers: Vec<Callee>,
     /// The value is an object built by a class (`GradScaler()`, `Net()`): no tensor.
     construct: bool,
-    /// The value is a call: (its receiver, dotted, if a method; the function's own name;
+    /// The value is a call: (the root name of its receiver, if a method; the function's own name;
     /// whether it takes no argument).
     value_call: Option<(Option<String>, String, bool)>,
     backward: Vec<String>,
@@ -83,10 +86,19 @@ struct Step {
 struct Reads {
     names: Vec<String>,
     calls: bool,
-    /// Per call that can carry a graph, the plain name it is a method of (`env` in
-    /// `env.step(a)`), None for anything else (`model(x)`, `self.encoder(x)`).
-    receivers: Vec<Option<String>>,
+    /// What each call that can carry a graph calls.
+    receivers: Vec<Callee>,
     backward: Vec<String>,
+}
+
+/// What a call calls, as far as its graph goes.
+enum Callee {
+    /// A method of a plain name (`env` in `env.step(a)`).
+    Method(String),
+    /// A function called by its plain name (`model(x)`, `get_longest_seq_length(data)`).
+    Function(String),
+    /// Anything else (`self.encoder(x)`).
+    Other,
 }
 
 fn is_cut_call(e: &Expr) -> bool {
@@ -108,6 +120,25 @@ impl<'a> Visitor<'a> for Reads {
         }
         match e {
             Expr::Name(n) if n.ctx == ExprContext::Load => self.names.push(n.id.to_string()),
+            // Metadata (`x.device`, `x.dtype`, `x.shape`) carries no graph.
+            Expr::Attribute(a) if SHAPE_ATTRS.contains(&a.attr.id.as_str()) => return,
+            Expr::Call(c) if metadata_or_like(c) => {
+                // `x.size(0)` reads nothing; `latents_mean.to(device=x.device, dtype=x.dtype)`
+                // reads its receiver only: the arguments give a dtype, a device or a shape.
+                if let Expr::Attribute(a) = c.func.as_ref() {
+                    if LIKE_METHODS.contains(&a.attr.id.as_str()) {
+                        self.visit_expr(&a.value);
+                    }
+                }
+                return;
+            }
+            Expr::ListComp(g) => return self.comprehension(&g.generators, &[&g.elt]),
+            Expr::SetComp(g) => return self.comprehension(&g.generators, &[&g.elt]),
+            Expr::Generator(g) => return self.comprehension(&g.generators, &[&g.elt]),
+            Expr::DictComp(g) => {
+                let parts: Vec<&Expr> = g.key.as_deref().into_iter().chain([&*g.value]).collect();
+                return self.comprehension(&g.generators, &parts);
+            }
             Expr::Call(c) => {
                 // A call that can carry parameters' graph: a model, a loss function, a method
                 // of one (`model(x, h)`, `self.encoder(x)`, `loss_fn(...)`), not a torch or
@@ -139,10 +170,11 @@ impl<'a> Visitor<'a> for Reads {
                 if !plain {
                     self.receivers.push(match c.func.as_ref() {
                         Expr::Attribute(a) => match a.value.as_ref() {
-                            Expr::Name(n) => Some(n.id.to_string()),
-                            _ => None,
+                            Expr::Name(n) => Callee::Method(n.id.to_string()),
+                            _ => Callee::Other,
                         },
-                        _ => None,
+                        Expr::Name(n) => Callee::Function(n.id.to_string()),
+                        _ => Callee::Other,
                     });
                 }
                 // A name only called (`model(x)`) is a module or a function, not a value
@@ -158,13 +190,55 @@ impl<'a> Visitor<'a> for Reads {
                 }
             }
             Expr::Lambda(_) => return,
-            // `tuple(s.detach() for s in state)`: every element is cut, so is the whole.
-            Expr::Generator(g) if is_cut_call(&g.elt) => return,
-            Expr::ListComp(g) if is_cut_call(&g.elt) => return,
-            Expr::SetComp(g) if is_cut_call(&g.elt) => return,
             _ => {}
         }
         visitor::walk_expr(self, e);
+    }
+}
+
+/// A method of a tensor whose result is metadata (`x.size(0)`) or whose arguments give only a
+/// dtype, device or shape (`x.to(other)`): not a call that adds a graph.
+fn metadata_or_like(c: &ruff_python_ast::ExprCall) -> bool {
+    let Expr::Attribute(a) = c.func.as_ref() else {
+        return false;
+    };
+    let attr = a.attr.id.as_str();
+    let namespace = crate::checker::dotted(&a.value)
+        .is_some_and(|d| DATA_MODULES.contains(&d.split('.').next().unwrap_or("")));
+    !namespace && (SHAPE_METHODS.contains(&attr) || LIKE_METHODS.contains(&attr))
+}
+
+impl Reads {
+    /// A comprehension reads what its parts read, less the names its own `for`s bind
+    /// (`torch.stack([interpolate(mask) for mask in masks])` reads `masks`, not the `mask`
+    /// the loop assigns). `tuple(s.detach() for s in state)`: every element is cut, so is
+    /// the whole.
+    fn comprehension(&mut self, generators: &[ruff_python_ast::Comprehension], parts: &[&Expr]) {
+        if parts.iter().all(|p| is_cut_call(p)) {
+            return;
+        }
+        let mut inner = Reads::default();
+        let mut bound = Vec::new();
+        for (i, g) in generators.iter().enumerate() {
+            // The first source is evaluated outside the comprehension's scope.
+            if i == 0 {
+                self.visit_expr(&g.iter);
+            } else {
+                inner.visit_expr(&g.iter);
+            }
+            g.ifs.iter().for_each(|x| inner.visit_expr(x));
+            crate::checker::bound_names(&g.target, &mut bound);
+        }
+        parts.iter().for_each(|p| inner.visit_expr(p));
+        self.names.extend(
+            inner
+                .names
+                .into_iter()
+                .filter(|n| !bound.contains(&n.as_str())),
+        );
+        self.calls |= inner.calls;
+        self.receivers.extend(inner.receivers);
+        self.backward.extend(inner.backward);
     }
 }
 
@@ -188,14 +262,16 @@ fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) 
         }))
     });
     let value_call = match value {
-        Some(Expr::Call(c)) => crate::checker::dotted(&c.func).map(|n| {
-            let (receiver, last) = match n.rsplit_once('.') {
-                Some((r, l)) => (Some(r.to_owned()), l.to_owned()),
-                None => (None, n.clone()),
-            };
+        Some(Expr::Call(c)) => {
             let no_args = c.arguments.args.is_empty() && c.arguments.keywords.is_empty();
-            (receiver, last, no_args)
-        }),
+            match c.func.as_ref() {
+                // The receiver by its root name, through subscripts and calls
+                // (`accelerator.torch_device_mesh["sp"].get_group()` -> `accelerator`).
+                Expr::Attribute(a) => Some((root_name(&a.value), a.attr.id.to_string(), no_args)),
+                Expr::Name(n) => Some((None, n.id.to_string(), no_args)),
+                _ => None,
+            }
+        }
         _ => None,
     };
     Step {
@@ -208,6 +284,17 @@ fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) 
         calls: r.calls,
         receivers: r.receivers,
         backward: r.backward,
+    }
+}
+
+/// The name an attribute, subscript or call chain starts from (`a` in `a.b["k"].c()`).
+fn root_name(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Name(n) => Some(n.id.to_string()),
+        Expr::Attribute(a) => root_name(&a.value),
+        Expr::Subscript(s) => root_name(&s.value),
+        Expr::Call(c) => root_name(&c.func),
+        _ => None,
     }
 }
 
@@ -321,15 +408,48 @@ fn slice(
 /// A method of an object the file never runs as a model (`env.step(action.item())`, a
 /// gym environment in a reinforcement-learning loop) adds no graph of its own: what it
 /// returns carries one only through its arguments, which the slice follows anyway.
+///
+/// Nor does a function of the file whose every `return` computes without a call that can
+/// carry one (litgpt's `get_longest_seq_length(data)`: `max(len(d) for d in data)`, a
+/// number).
 fn settle_calls(ck: &Checker, steps: &mut [Step]) {
     for st in steps {
         if st.calls {
-            st.calls = st
-                .receivers
-                .iter()
-                .any(|r| r.as_deref().is_none_or(|n| ck.runs_as_model(n)));
+            st.calls = st.receivers.iter().any(|r| match r {
+                Callee::Method(n) => ck.runs_as_model(n),
+                Callee::Function(f) => !returns_plain_values(ck, f),
+                Callee::Other => true,
+            });
         }
     }
+}
+
+/// `f` is a function of the file that returns, and each of its `return`s computes without a
+/// call that can carry a graph (nested functions aside).
+fn returns_plain_values(ck: &Checker, f: &str) -> bool {
+    struct Returns<'a>(Vec<Option<&'a Expr>>);
+    impl<'a> Visitor<'a> for Returns<'a> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            match s {
+                Stmt::FunctionDef(_) | Stmt::ClassDef(_) => {}
+                Stmt::Return(r) => self.0.push(r.value.as_deref()),
+                _ => visitor::walk_stmt(self, s),
+            }
+        }
+    }
+    let Some(def) = ck.defs.get(f) else {
+        return false;
+    };
+    let mut returns = Returns(Vec::new());
+    def.body.iter().for_each(|s| returns.visit_stmt(s));
+    !returns.0.is_empty()
+        && returns.0.iter().all(|v| {
+            v.is_some_and(|v| {
+                let mut r = Reads::default();
+                r.visit_expr(v);
+                !r.calls
+            })
+        })
 }
 
 fn loop_steps(ck: &Checker, body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {
@@ -504,8 +624,7 @@ fn returns_object(ck: &Checker, step: &Step) -> bool {
         return true;
     }
     *no_args
-        && receiver.as_deref().is_some_and(|r| {
-            let root = r.split('.').next().unwrap_or(r);
+        && receiver.as_deref().is_some_and(|root| {
             !ck.source.contains(&format!("{root}(")) && !is_module_like(ck, root)
         })
 }
@@ -541,6 +660,9 @@ mod tests {
         let src = "history = None\nfor x in data:\n    with accelerator.accumulate(model):\n        loss = model(x).sum()\n        if history is not None:\n            loss = loss + 0.1 * history\n        history = loss\n        accelerator.backward(loss)\n        opt.step()\n";
         assert_eq!(codes(src), vec![("GS324".into(), 7)]);
         // Lightning's manual optimization.
+        // A comprehension reads the carried value, as a generator's source.
+        let comp = "history = []\nfor x in data:\n    loss = model(x).sum() + sum(h for h in history)\n    history = [loss]\n    loss.backward()\n";
+        assert_eq!(codes(comp), vec![("GS324".into(), 4)]);
         let manual = "history = None\nfor x in data:\n    loss = model(x).sum()\n    if history is not None:\n        loss = loss + history\n    history = loss\n    self.manual_backward(loss)\n";
         assert_eq!(codes(manual), vec![("GS324".into(), 6)]);
         // The accelerator itself is no value carried between steps.
@@ -577,10 +699,17 @@ mod tests {
             // Accelerate's sequence-parallel test: an unwrapped model whose loss function the
             // step calls, a process group fetched once (objects, not tensors).
             "unwrapped = accelerator.unwrap_model(model)\nsp_group = groups._get_sequence_parallel_group()\nfor batch in dl:\n    out = model(**batch)\n    loss = unwrapped.loss_function(logits=out.logits)\n    losses = all_gather(loss, group=sp_group)\n    accelerator.backward(sum(losses))\n",
+            // A number computed once by a function of the file (litgpt's adapter finetuning).
+            "def longest(data):\n    return max(len(d['ids']) for d in data)\n\nn = longest(train)\nfor it in range(10):\n    loss = model(get_batch(train, n)).sum()\n    loss.backward()\n",
+            // A process group fetched through a device mesh (Accelerate's ALST example).
+            "sp_group = accelerator.torch_device_mesh['sp'].get_group()\nfor batch in dl:\n    loss = model(**batch).loss\n    losses = all_gather(loss, group=sp_group)\n    accelerator.backward(sum(losses))\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));
         }
+        // A function of the file that runs a model returns a graph.
+        let src = "def embed(x):\n    return encoder(x).mean(0)\n\nprotos = embed(support)\nfor q in data:\n    loss = (encoder(q) - protos).pow(2).sum()\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 4)]);
         // A weight computed once from a model the loop runs is a graph, getter or not.
         let src = "w = model.get_weight()\nfor x in data:\n    loss = (model(x) @ w).sum()\n    accelerator.backward(loss)\n";
         assert_eq!(codes(src), vec![("GS324".into(), 1)]);
@@ -605,6 +734,14 @@ mod tests {
             "for x, y in data:\n    with torch.no_grad():\n        out = backbone(x)\n    out = clf(out)\n    loss = crit(out, y)\n    loss.backward()\n",
             // An environment's observation, from an action read as a number (REINFORCE).
             "env = gym.make('CartPole-v1')\nobs, _ = env.reset()\nfor episode in range(10):\n    logits = policy(torch.as_tensor(obs))\n    action = logits.argmax()\n    obs, reward, done, trunc, info = env.step(action.item())\n    loss = -logits.log_softmax(-1)[action] * reward\n    loss.backward()\n",
+            // Statistics moved to the latents' device and dtype each step (diffusers' SDXL
+            // DreamBooth): `.device` and `.dtype` carry no graph.
+            "for batch in data:\n    x = vae.encode(batch).sample()\n    mean = mean.to(device=x.device, dtype=x.dtype)\n    loss = (unet(x - mean) ** 2).mean()\n    loss.backward()\n",
+            "for batch in data:\n    x = model(batch)\n    scale = scale.type_as(x)[: x.size(0)]\n    loss = (x * scale).sum()\n    loss.backward()\n",
+            // A module moved between devices, offloaded after use.
+            "for batch in data:\n    vae = vae.to('cuda')\n    x = vae.encode(batch).latent\n    vae = vae.to('cpu')\n    loss = unet(x).sum()\n    loss.backward()\n",
+            // A comprehension's own loop variable is not the name outside it.
+            "for batch in data:\n    mask = torch.stack([F.interpolate(mask, size=8) for mask in batch['masks']])\n    loss = unet(torch.cat([batch['x'], mask])).sum()\n    loss.backward()\n",
         ];
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));

@@ -22,6 +22,17 @@ mod tests {
     use super::super::codes;
 
     #[test]
+    fn a_leaf_the_optimizer_trains_is_deliberate() {
+        // Imagic: text embeddings from a frozen encoder, made a leaf and optimized; the
+        // prompt they were computed from is no model.
+        let src = "def train(self, prompt, image):\n    ids = self.tokenizer(prompt)\n    emb = torch.nn.Parameter(self.text_encoder(ids)[0], requires_grad=True)\n    emb = emb.detach()\n    emb.requires_grad_()\n    opt = torch.optim.Adam([emb], lr=1e-3)\n    for _ in range(10):\n        loss = F.mse_loss(self.unet(image, emb), image)\n        loss.backward()\n        opt.step()\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        // The module the copy cuts off, optimized too: still told.
+        let src = "enc = nn.Linear(4, 4)\nhead = nn.Linear(4, 1)\nw = nn.Parameter(enc(x0))\nopt = torch.optim.Adam([w] + list(enc.parameters()) + list(head.parameters()))\nfor x in data:\n    loss = head(x * w).sum()\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS318".into(), 3)]);
+    }
+
+    #[test]
     fn flags_rewrapped_features() {
         let src = "import torch\nimport torch.nn as nn\nstage1 = nn.Linear(10, 16)\nstage2 = nn.Linear(16, 2)\nopt = torch.optim.Adam(list(stage1.parameters()) + list(stage2.parameters()))\n\ndef forward(x):\n    feats = torch.tensor(stage1(x), dtype=torch.float32)\n    return stage2(feats)\n\nfor x, y in data:\n    loss = nn.functional.cross_entropy(forward(x), y)\n    loss.backward()\n";
         assert_eq!(codes(src), vec![("GS318".into(), 8)]);

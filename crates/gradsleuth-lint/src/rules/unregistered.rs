@@ -180,6 +180,20 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                 }
                 Stmt::Expr(e) => {
                     if let Expr::Call(c) = e.value.as_ref() {
+                        // Modules put into a registered submodule's tree by path, the
+                        // container only an index of them: `setattr(parent, name, m)`, a
+                        // helper that does it (x-transformers' `set_module_by_path(net, path,
+                        // wrapper)`, `_set_module`, `replace_module`).
+                        if let Expr::Name(f) = c.func.as_ref() {
+                            let f = f.id.as_str();
+                            if f == "setattr"
+                                || f.contains("set_module")
+                                || f.contains("set_submodule")
+                                || f.contains("replace_module")
+                            {
+                                self.registers = true;
+                            }
+                        }
                         if let Expr::Attribute(at) = c.func.as_ref() {
                             // `layers.append(...)`, and `self.layer.append(...)` after
                             // `self.layer = list()`.
@@ -188,6 +202,10 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                                 "add_module" | "register_module" | "register_parameter"
                             ) && matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
                             {
+                                self.registers = true;
+                            }
+                            // `net.set_submodule(path, wrapper)`.
+                            if at.attr.id.as_str() == "set_submodule" {
                                 self.registers = true;
                             }
                             // A module container (`extra = nn.ModuleList(...)`) is not plain.
@@ -449,6 +467,23 @@ mod tests {
     fn modules_registered_by_name_are_fine() {
         let src = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.blocks = []\n        for i in range(n):\n            block = nn.Linear(4, 4)\n            self.blocks.append(block)\n            self.add_module(str(i), block)\n";
         assert!(codes(src).is_empty());
+    }
+
+    #[test]
+    fn modules_put_into_a_registered_tree_by_path_are_fine() {
+        // x-transformers' test-time-training wrappers: set into `net` by path, indexed in a
+        // plain dict.
+        let body = "import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, net, paths):\n        super().__init__()\n        self.net = net\n        self.wrappers = dict()\n        for path in paths:\n            wrapper = nn.Linear(4, 4)\n            REGISTER\n            self.wrappers[path] = wrapper\n";
+        for register in [
+            "set_module_by_path(net, path, wrapper)",
+            "setattr(net, path, wrapper)",
+            "net.set_submodule(path, wrapper)",
+        ] {
+            let src = body.replace("REGISTER", register);
+            assert!(codes(&src).is_empty(), "{register}: {:?}", codes(&src));
+        }
+        let src = body.replace("REGISTER", "print(path)");
+        assert_eq!(codes(&src), vec![("GS301".into(), 6)]);
     }
 
     #[test]

@@ -424,31 +424,42 @@ fn settle_calls(ck: &Checker, steps: &mut [Step]) {
     }
 }
 
-/// `f` is a function of the file that returns, and each of its `return`s computes without a
-/// call that can carry a graph (nested functions aside).
+/// `f` is a function of the file that returns a value, and nothing in its body calls what can
+/// carry a graph (nested functions aside): no model, no loss function, no other function of
+/// the file.
 fn returns_plain_values(ck: &Checker, f: &str) -> bool {
-    struct Returns<'a>(Vec<Option<&'a Expr>>);
-    impl<'a> Visitor<'a> for Returns<'a> {
+    struct Body<'r> {
+        reads: &'r mut Reads,
+        returns: bool,
+    }
+    impl<'a> Visitor<'a> for Body<'_> {
         fn visit_stmt(&mut self, s: &'a Stmt) {
             match s {
                 Stmt::FunctionDef(_) | Stmt::ClassDef(_) => {}
-                Stmt::Return(r) => self.0.push(r.value.as_deref()),
+                Stmt::Return(r) => {
+                    self.returns |= r.value.is_some();
+                    visitor::walk_stmt(self, s);
+                }
                 _ => visitor::walk_stmt(self, s),
             }
+        }
+        fn visit_expr(&mut self, e: &'a Expr) {
+            self.reads.visit_expr(e);
         }
     }
     let Some(def) = ck.defs.get(f) else {
         return false;
     };
-    let mut returns = Returns(Vec::new());
-    def.body.iter().for_each(|s| returns.visit_stmt(s));
-    !returns.0.is_empty()
-        && returns.0.iter().all(|v| {
-            v.is_some_and(|v| {
-                let mut r = Reads::default();
-                r.visit_expr(v);
-                !r.calls
-            })
+    let mut reads = Reads::default();
+    let mut body = Body {
+        reads: &mut reads,
+        returns: false,
+    };
+    def.body.iter().for_each(|s| body.visit_stmt(s));
+    body.returns
+        && reads.receivers.iter().all(|r| match r {
+            Callee::Method(n) => !ck.runs_as_model(n),
+            Callee::Function(_) | Callee::Other => false,
         })
 }
 
@@ -707,6 +718,9 @@ mod tests {
         for src in ok {
             assert!(codes(src).is_empty(), "{src}: {:?}", codes(src));
         }
+        // A loss helper of the file: its graph is carried over (the eval's GPT-2 loop).
+        let src = "def compute_loss(model, batch):\n    logits = model(batch)\n    loss = F.cross_entropy(logits, batch)\n    return loss\n\nhistory = None\nfor step in range(3):\n    loss = compute_loss(model, make_batch(step))\n    if history is not None:\n        loss = loss + 0.1 * history\n    history = loss\n    loss.backward()\n";
+        assert_eq!(codes(src), vec![("GS324".into(), 11)]);
         // A function of the file that runs a model returns a graph.
         let src = "def embed(x):\n    return encoder(x).mean(0)\n\nprotos = embed(support)\nfor q in data:\n    loss = (encoder(q) - protos).pow(2).sum()\n    loss.backward()\n";
         assert_eq!(codes(src), vec![("GS324".into(), 4)]);

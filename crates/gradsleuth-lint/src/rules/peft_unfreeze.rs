@@ -106,7 +106,7 @@ fn sets_trainable<'a>(body: &'a [Stmt], var: &str, source: &str, out: &mut Vec<&
 }
 
 pub fn check(ck: &mut Checker, body: &[Stmt]) {
-    visit(ck, body, &mut Vec::new(), &Ctx::default());
+    visit(ck, body, &mut Vec::new(), &Ctx::default(), false);
 }
 
 /// A model PEFT froze, with the path on which it did (`if args.train_text_encoder:`).
@@ -120,12 +120,8 @@ type Frozen = (String, Ctx);
 /// `if args.train_text_encoder: ... elif args.train_text_encoder_ti:` arm (diffusers'
 /// DreamBooth scripts train one or the other). A test is known by its text (see
 /// [`crate::path`]); a test inside a loop, which may change between iterations, constrains
-/// nothing.
-fn visit(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ctx) {
-    visit_in(ck, body, models, path, false);
-}
-
-fn visit_in(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ctx, looped: bool) {
+/// nothing (`looped`: `body` repeats).
+fn visit(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ctx, looped: bool) {
     for s in body {
         match s {
             Stmt::If(i) => {
@@ -141,16 +137,16 @@ fn visit_in(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ct
                         on = before.with(key, TRUE);
                         before = before.with(key, FALSE);
                     }
-                    visit_in(ck, arm, models, &on, looped);
+                    visit(ck, arm, models, &on, looped);
                 }
             }
-            Stmt::With(w) => visit_in(ck, &w.body, models, path, looped),
+            Stmt::With(w) => visit(ck, &w.body, models, path, looped),
             Stmt::Try(t) => {
-                visit_in(ck, &t.body, models, path, looped);
-                visit_in(ck, &t.orelse, models, path, looped);
-                visit_in(ck, &t.finalbody, models, path, looped);
+                visit(ck, &t.body, models, path, looped);
+                visit(ck, &t.orelse, models, path, looped);
+                visit(ck, &t.finalbody, models, path, looped);
             }
-            Stmt::While(w) => visit_in(ck, &w.body, models, path, true),
+            Stmt::While(w) => visit(ck, &w.body, models, path, true),
             _ => {}
         }
         // The models PEFT froze on a path this statement can be on.
@@ -163,7 +159,7 @@ fn visit_in(ck: &mut Checker, body: &[Stmt], models: &mut Vec<Frozen>, path: &Ct
             if !here.is_empty() && unfreezes(ck, s, &here) {
                 continue;
             }
-            visit_in(ck, &f.body, models, path, true);
+            visit(ck, &f.body, models, path, true);
             continue;
         }
         if let Some(m) = peft_model(s) {

@@ -197,15 +197,17 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
                         if let Expr::Attribute(at) = c.func.as_ref() {
                             // `layers.append(...)`, and `self.layer.append(...)` after
                             // `self.layer = list()`.
-                            if matches!(
-                                at.attr.id.as_str(),
-                                "add_module" | "register_module" | "register_parameter"
-                            ) && matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+                            // `self.add_module(...)`, or `net.set_submodule(path, wrapper)` on
+                            // any module of the tree.
+                            let attr = at.attr.id.as_str();
+                            let on_self = matches!(at.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self");
+                            if attr == "set_submodule"
+                                || (on_self
+                                    && matches!(
+                                        attr,
+                                        "add_module" | "register_module" | "register_parameter"
+                                    ))
                             {
-                                self.registers = true;
-                            }
-                            // `net.set_submodule(path, wrapper)`.
-                            if at.attr.id.as_str() == "set_submodule" {
                                 self.registers = true;
                             }
                             // A module container (`extra = nn.ModuleList(...)`) is not plain.

@@ -367,11 +367,17 @@ def _hf(cls, config):
     return f"from transformers import {config.split('(')[0]}\nmodel = M.{cls}({config})\n"
 
 
-# Models that appear in two loop styles (their own loop and the HF Trainer's).
+# Models that appear in two loop styles or set-ups (their own loop and the HF Trainer's, with
+# activation checkpointing).
 _LLAMA = _hf(
     "LlamaForCausalLM",
     "LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, "
     "num_key_value_heads=1, vocab_size=100, max_position_embeddings=32)",
+)
+_BERT_CLS = _hf(
+    "BertForSequenceClassification",
+    "BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, "
+    "vocab_size=100, max_position_embeddings=32, num_labels=3)",
 )
 _DISTILBERT = _hf(
     "DistilBertForSequenceClassification",
@@ -384,11 +390,7 @@ SUBJECTS = [
         "hf_bert_cls",
         "transformers",
         "transformers.models.bert.modeling_bert",
-        _hf(
-            "BertForSequenceClassification",
-            "BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, "
-            "vocab_size=100, max_position_embeddings=32, num_labels=3)",
-        ),
+        _BERT_CLS,
         _TOKENS,
         "accumulation",
     ),
@@ -821,6 +823,38 @@ SUBJECTS = [
         "'DownEncoderBlock2D'), up_block_types=('UpDecoderBlock2D', 'UpDecoderBlock2D'), block_out_channels=(16, 32), "
         "latent_channels=4, norm_num_groups=8, sample_size=16)\n",
         _AUTOENCODER,
+        rebind=True,
+    ),
+    # A sixth hold-out: activation checkpointing switched on the way fine-tuning scripts do
+    # (`model.gradient_checkpointing_enable()`, transformers' alias; TRL's and older scripts'
+    # `use_reentrant=True`, the library's default `use_reentrant=False`): each layer's forward
+    # runs twice, the second time inside backward; LoRA's adapters behind a frozen, reentrant
+    # checkpointed base reach the loss only because the library makes the inputs require grad.
+    Subject(
+        "hf_llama_ckpt",
+        "transformers",
+        "transformers.models.llama.modeling_llama",
+        _LLAMA + "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True})\n",
+        _LM,
+    ),
+    Subject(
+        "hf_bert_ckpt",
+        "transformers",
+        "transformers.models.bert.modeling_bert",
+        _BERT_CLS + "model.gradient_checkpointing_enable()\n",
+        _TOKENS,
+        "accumulation",
+    ),
+    Subject(
+        "peft_llama_lora_ckpt",
+        "peft",
+        "peft.tuners.lora.layer",
+        _LLAMA.replace("model = M.", "from transformers import LlamaForCausalLM\nmodel = ")
+        + "model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': True})\n"
+        + "from peft import LoraConfig, get_peft_model\n"
+        + "model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=['q_proj', 'v_proj', "
+        + "'down_proj'], lora_dropout=0.05))\n",
+        _LM,
         rebind=True,
     ),
     Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),

@@ -245,6 +245,8 @@ class Tracer:
         self._part_keys: dict[tuple, int] = {}
         self._part_at: dict[int, dict[str, int]] = {}
         self._backward_depth = 0
+        # The op log a reentrant checkpoint's recomputation in backward is recorded into.
+        self._recompute = None
         self._backwards = 0
         self._scaler_depth = 0
         self._scaler_taken: dict[int, int] = {}  # optimizer key -> steps a GradScaler took
@@ -325,6 +327,7 @@ class Tracer:
         reentrant = getattr(checkpoint_mod, "CheckpointFunction", None)
         if reentrant is not None:
             self._patch(reentrant, "forward", self._wrap_checkpoint_forward)
+            self._patch(reentrant, "backward", self._wrap_checkpoint_backward)
         return self
 
     def _wrap_process_start(self, original):
@@ -383,10 +386,11 @@ class Tracer:
                 return fn(cls, *args, **kwargs)
             name = getattr(cls, "__name__", "Function")
             log.function_entered(name)
+            out = None
             try:
                 out = fn(cls, *args, **kwargs)
             finally:
-                log.function_exited()
+                log.function_exited(out)
             try:
                 if (op := names.get(cls)) is None:
                     op = names[cls] = types.SimpleNamespace(__qualname__=f"{name}.apply")
@@ -425,6 +429,48 @@ class Tracer:
                     log.checkpoint_exited()
 
         return staticmethod(forward)
+
+    def _wrap_checkpoint_backward(self, original):
+        """Reentrant checkpointing builds a layer's graph only in backward, recomputing its
+        forward there: a cut inside the layer (a `.detach()`, a value read out) exists only in
+        that recomputation. In the op-level iteration the recomputed function runs under a
+        recording mode (the checkpoint's own ops around it, the inputs it detaches, do not),
+        and what it returned joins the loss (`OpLog.recomputed`) when backward is run
+        through it."""
+        tracer = self
+        fn = original.__func__ if isinstance(original, staticmethod) else original
+
+        def backward(ctx, *args):
+            log = tracer._oplog
+            run = getattr(ctx, "run_function", None)
+            if log is None or run is None or tracer._mode is not None or tracer._recompute is not None:
+                return fn(ctx, *args)
+
+            def recompute(*a, **k):
+                mode = None
+                try:
+                    mode = _make_op_mode(log, tracer.rec)
+                    mode.__enter__()
+                except Exception as e:  # noqa: BLE001 - never break the user's backward
+                    tracer.rec.note(f"op log, checkpoint recomputation: {type(e).__name__}: {e}")
+                try:
+                    return run(*a, **k)
+                finally:
+                    if mode is not None:
+                        try:
+                            mode.__exit__(None, None, None)
+                        except Exception as e:  # noqa: BLE001
+                            tracer.rec.note(f"op log, checkpoint recomputation: {type(e).__name__}: {e}")
+
+            ctx.run_function = recompute
+            tracer._recompute = log
+            try:
+                return fn(ctx, *args)
+            finally:
+                tracer._recompute = None
+                ctx.run_function = run
+
+        return staticmethod(backward)
 
     def _watch_freezing(self):
         """Where parameters get frozen: `nn.Parameter` gets a `requires_grad` property (torch's
@@ -718,15 +764,20 @@ class Tracer:
     def _forward_pre(self, module, args):
         if not self.active:
             return None
-        if self._finish_pending and self._depth == 0:
+        # A forward inside backward is activation checkpointing's recomputation of a layer
+        # (reentrant or not): part of the backward in progress, not a new iteration.
+        recompute = self._backward_depth > 0
+        if self._finish_pending and self._depth == 0 and not recompute:
             self.finish()
             return None
         try:
             if self._depth == 0:
-                if self._t_iteration is None:
-                    self._t_iteration = time.perf_counter()  # the first observed iteration starts
+                # A call from the top (a recomputation too: its modules run again, recording).
                 self._root_call += 1
                 self.rec.root_call()
+            if self._depth == 0 and not recompute:
+                if self._t_iteration is None:
+                    self._t_iteration = time.perf_counter()  # the first observed iteration starts
                 self._progress("forward")
                 if self._pending_pop:
                     self._pop_pending()
@@ -1679,6 +1730,14 @@ class Tracer:
 
         def backward(tensors, *args, **kwargs):
             if not tracer.active or tracer._backward_depth > 0:
+                if tracer._recompute is not None:
+                    # A reentrant checkpoint's recomputed outputs: the loss depends on them.
+                    try:
+                        with own_ops():
+                            for t in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
+                                tracer._recompute.recomputed(t)
+                    except Exception as e:  # noqa: BLE001
+                        tracer.rec.note(f"op log, checkpoint recomputation: {type(e).__name__}: {e}")
                 return original(tensors, *args, **kwargs)
             first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
             with own_ops():

@@ -289,6 +289,9 @@ struct Fixture {
     /// Parameters backward reached whose gradient is gone at the step (`p.grad = None`).
     #[serde(default)]
     cleared: Vec<String>,
+    /// The script raised this message (recorded before the log is resolved).
+    #[serde(default)]
+    script_error: Option<String>,
     expect: Value,
 }
 
@@ -312,7 +315,7 @@ struct Step {
     /// A custom `autograd.Function` of this class is applied at `at` (its forward starts
     /// before this step's op, which stands for its result).
     function: Option<String>,
-    /// Its forward returns after this step's op.
+    /// Its forward returns after this step's op, which stands for its result.
     function_exit: bool,
     /// The output's node name (default: the op's name + `Backward0`).
     node: Option<String>,
@@ -675,7 +678,7 @@ fn run_fixture(path: &Path) -> Value {
         };
         log.op(&mut Fake(&mut w), call);
         if step.function_exit {
-            log.function_exited();
+            log.function_exited(&Fake(&mut w), Some(&out));
         }
     }
     // The backward: which parameters the losses reach (walking the world's graph).
@@ -708,6 +711,16 @@ fn run_fixture(path: &Path) -> Value {
         .iter()
         .map(|n| (names[n], keys[&names[n]]))
         .collect();
+    if let Some(message) = &fx.script_error {
+        let at = gradsleuth_capture::At::new("train.py", 1, None);
+        recorder.set_error(
+            "RuntimeError".into(),
+            message.clone(),
+            &at,
+            Vec::new(),
+            None,
+        );
+    }
     log.resolve(
         &mut Fake(&mut w),
         &mut recorder,

@@ -61,7 +61,9 @@ impl<'py> GraphSource for Live<'py> {
     type Error = PyErr;
 
     fn id(&self, node: &Self::Node) -> usize {
-        node.as_ptr() as usize
+        // A kept node is the node itself however it was kept: one identity for a walk that
+        // starts at it and for one that reaches it through an edge.
+        pinned(node).map_or(node.as_ptr() as usize, |(n, _)| n.as_ptr() as usize)
     }
 
     fn children(&mut self, node: &Self::Node, out: &mut Vec<Self::Node>) -> PyResult<()> {

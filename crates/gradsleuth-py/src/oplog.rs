@@ -461,9 +461,11 @@ impl OpLog {
         log.function_entered(&mut host, name);
     }
 
-    /// That forward returned.
-    fn function_exited(&mut self) {
-        self.log.function_exited();
+    /// That forward returned `out` (None: it raised).
+    #[pyo3(signature = (out=None))]
+    fn function_exited(&mut self, py: Python<'_>, out: Option<Bound<'_, PyAny>>) {
+        let (log, host) = self.split(py);
+        log.function_exited(&host, out.as_ref());
     }
 
     /// The grad mode when capture starts (a step that begins inside `no_grad`).
@@ -476,6 +478,12 @@ impl OpLog {
     fn loss(&mut self, py: Python<'_>, loss: Bound<'_, PyAny>) {
         let (log, mut host) = self.split(py);
         log.loss(&mut host, &loss);
+    }
+
+    /// An output a reentrant checkpoint recomputed in backward: the loss depends on it.
+    fn recomputed(&mut self, py: Python<'_>, t: Bound<'_, PyAny>) {
+        let (log, host) = self.split(py);
+        log.recomputed(&host, &t);
     }
 
     /// Attributes parameters the backward did not reach (`unreached`: id(tensor) -> key) and

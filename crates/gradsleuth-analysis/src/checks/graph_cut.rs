@@ -71,7 +71,7 @@ const KINDS: &[Kind] = &[
         code: "GS203",
         what: |op, who| {
             if op == gradsleuth_model::capture::INFERENCE_DATA_OP {
-                "A tensor made under `torch.inference_mode()` here (from data, no parameter in it) is later used where autograd records, and the step fails (\"Inference tensors cannot be saved for backward\"): inference tensors can never enter a graph.".to_owned()
+                "A tensor made under `torch.inference_mode()` here is later used where autograd records, and the step fails (\"Inference tensors cannot be saved for backward\"): inference tensors can never enter a graph.".to_owned()
             } else if op == gradsleuth_model::capture::INFERENCE_PARAMS_OP {
                 // The tracer's record of parameters made under `inference_mode`.
                 format!("{who} was built or loaded under `torch.inference_mode()`: its parameters are inference tensors, which autograd can never record through (\"Inference tensors cannot be saved for backward\"), so it cannot be trained; build or load it outside `inference_mode` (or under `torch.no_grad()`).")
@@ -493,10 +493,18 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
                         .map(|r| r.location.clone())
                 })
                 .or_else(|| cut.location.clone());
-            let mut related = vec![(
-                cut.location.clone(),
-                "the op that ran without grad".to_owned(),
-            )];
+            // The op, unless it is where the finding points (a tensor refused when no op of
+            // the step ran it: the cut is the block itself).
+            let mut related = Vec::new();
+            fn line_of(l: &Option<gradsleuth_model::Location>) -> Option<(&str, u32)> {
+                l.as_ref().map(|l| (l.file.as_str(), l.line))
+            }
+            if line_of(&site) != line_of(&cut.location) {
+                related.push((
+                    cut.location.clone(),
+                    "the op that ran without grad".to_owned(),
+                ));
+            }
             related.extend(library);
             (site, related)
         } else {

@@ -29,7 +29,7 @@ pub mod inplace;
 
 use std::sync::Arc;
 
-use gradsleuth_graph::{path_to_leaf, walk as walk_graph, GraphSource};
+use gradsleuth_graph::{path_to_leaf, walk as walk_graph, walk_visit, GraphSource};
 use gradsleuth_model::capture::{
     CutRec, GraphNode, GraphRec, InplaceRec, Within, CHECKPOINT_OP, FUNCTION_APPLY_SUFFIX,
     INDICES_SUFFIX, INSIDE_LIBRARY, SAMPLERS,
@@ -314,6 +314,9 @@ pub struct OpLog<K, N> {
     /// the unit shares or a copy the optimizer never sees.
     stand_ins: StandInMap,
     stand_in_nodes: Vec<N>,
+    /// The custom Functions running now, innermost last: for one that recomputes its forward
+    /// in backward ([`RECOMPUTING`]), the leaves needing grad that ops inside used.
+    running: Vec<Option<FxHashSet<usize>>>,
     step: u32,
     /// Ops recorded.
     pub ops: u64,
@@ -327,6 +330,11 @@ const MAX_UPSTREAM: usize = 64;
 
 /// How many function transforms deep (`vmap` of `grad` of ...) a tensor is followed.
 const TRANSFORM_LEVELS: usize = 4;
+/// Custom `autograd.Function`s whose backward recomputes their forward and differentiates
+/// through what it used: reentrant activation checkpointing, torch's and DeepSpeed's (both
+/// classes have this name).
+const RECOMPUTING: &[&str] = &["CheckpointFunction"];
+
 /// The related place of a cut made inside a reentrant checkpoint: where it was called.
 const CHECKPOINTED: &str =
     "reentrant checkpointing runs this forward without recording: none of its inputs requires grad";
@@ -357,11 +365,35 @@ fn short(file: &str) -> &str {
 }
 
 /// Stand-ins for parameters (see [`OpLog::stand_in`]): a view's node identity, or a leaf's
-/// address, -> the parameter's address.
+/// address, -> the parameter's address. And the leaves a node's backward reaches that its
+/// edges do not show (see [`OpLog::function_exited`]): node identity -> leaf addresses.
 #[derive(Default)]
 struct StandInMap {
     nodes: FxHashMap<usize, usize>,
     leaves: FxHashMap<usize, usize>,
+    hidden: FxHashMap<usize, Vec<usize>>,
+}
+
+/// The leaves behind `roots` in the host's graph read through `map`: stand-ins as their
+/// parameters, and a recomputing node's hidden leaves with its edges'.
+fn leaves_behind<H: GraphSource<Id = usize>>(
+    h: &mut H,
+    map: &StandInMap,
+    roots: Vec<H::Node>,
+) -> Vec<u64> {
+    let mut hidden: Vec<u64> = Vec::new();
+    let mut g = StandIns { h, map };
+    let Ok(w) = walk_visit(&mut g, roots, 5_000_000, |g, node| {
+        if let Some(ls) = map.hidden.get(&g.id(node)) {
+            hidden.extend(ls.iter().map(|a| *a as u64));
+        }
+        Ok(())
+    }) else {
+        return Vec::new();
+    };
+    let mut leaves = w.leaves;
+    leaves.extend(hidden);
+    leaves
 }
 
 /// The host's graph with stand-ins read as the parameters they stand for: a view's node as
@@ -435,6 +467,7 @@ impl<K, N> OpLog<K, N> {
             dropped: Default::default(),
             stand_ins: Default::default(),
             stand_in_nodes: Vec::new(),
+            running: Vec::new(),
             step,
             ops: 0,
             errors: 0,
@@ -490,6 +523,7 @@ impl<K, N> OpLog<K, N> {
         self.dropped.clear();
         self.stand_ins = StandInMap::default();
         self.stand_in_nodes.clear();
+        self.running.clear();
     }
 
     /// An op used `t`: it is no longer a module output waiting for a use.
@@ -591,11 +625,43 @@ impl<K, N> OpLog<K, N> {
             }
         }
         self.functions += 1;
+        self.running
+            .push(RECOMPUTING.contains(&name).then(FxHashSet::default));
     }
 
-    /// That forward returned (or raised).
-    pub fn function_exited(&mut self) {
+    /// That forward returned `out` (None: it raised). A Function that recomputes its forward
+    /// in backward (a reentrant checkpoint) differentiates there through the leaves its
+    /// forward used, which are no inputs of its node: the node its outputs carry reaches
+    /// them for every walk of the log (a cut downstream of a checkpointed layer cuts the
+    /// layer's parameters off too). An enclosing one used them as well.
+    pub fn function_exited<H: Host<Keeper = K, Kept = N>>(
+        &mut self,
+        h: &H,
+        out: Option<&H::Value>,
+    ) {
         self.functions = self.functions.saturating_sub(1);
+        let Some(Some(used)) = self.running.pop() else {
+            return;
+        };
+        if let Some(outer) = self.running.iter_mut().rev().find_map(Option::as_mut) {
+            outer.extend(used.iter().copied());
+        }
+        let mut outputs = Vec::new();
+        if let Some(out) = out {
+            Self::tensors(h, out, &mut outputs);
+        }
+        for o in &outputs {
+            let Ok(Some(kept)) = h.grad_fn(o) else {
+                continue;
+            };
+            let id = h.id(&h.node(&kept));
+            if self.stand_ins.hidden.len() < 4096 && !self.stand_ins.hidden.contains_key(&id) {
+                let mut leaves: Vec<usize> = used.iter().copied().collect();
+                leaves.sort_unstable();
+                self.stand_ins.hidden.insert(id, leaves);
+                self.stand_in_nodes.push(kept);
+            }
+        }
     }
 
     /// The grad mode when capture starts: a step that begins inside `no_grad`.
@@ -611,6 +677,21 @@ impl<K, N> OpLog<K, N> {
                 callee,
                 callers: stack,
             });
+        }
+    }
+
+    /// What a reentrant checkpoint recomputed in backward (`t`, one of its outputs, which
+    /// backward is then run through): the loss depends on it, so the cuts it carries (made
+    /// inside the recomputed layer, where the forward recorded nothing) are the loss's. Only
+    /// its taint: it is no loss of its own (a layer returning its input returns a leaf). It is
+    /// used (by that backward), not a module output left unused.
+    pub fn recomputed<H: Host<Keeper = K, Kept = N>>(&mut self, h: &H, t: &H::Value) {
+        self.used(h, t);
+        if let Some((taint, keeper)) = self.taint.get(&h.addr(t)) {
+            if h.holds(keeper, t) {
+                let taint = taint.clone();
+                union(&mut self.loss_taint, &taint);
+            }
         }
     }
 
@@ -830,6 +911,13 @@ impl<K, N> OpLog<K, N> {
             }
             if requires {
                 needs_grad.push(t.clone());
+            }
+        }
+        if let Some(used) = self.running.iter_mut().rev().find_map(Option::as_mut) {
+            for t in &needs_grad {
+                if used.len() < 100_000 && h.grad_fn(t)?.is_none() {
+                    used.insert(h.addr(t));
+                }
             }
         }
         for &c in &direct {
@@ -1638,10 +1726,7 @@ impl<K, N> OpLog<K, N> {
     ) -> (Vec<u64>, Option<u64>) {
         let roots: Vec<H::Node> = cut.nodes.iter().map(|n| h.node(n)).collect();
         let mut leaves: Vec<u64> = cut.leaves.iter().map(|p| *p as u64).collect();
-        let mut g = StandIns { h, map: stand_ins };
-        if let Ok(w) = walk_graph(&mut g, roots, 5_000_000) {
-            leaves.extend(w.leaves);
-        }
+        leaves.extend(leaves_behind(h, stand_ins, roots));
         let mut params = Vec::new();
         let (mut first, mut fallback) = (None, None);
         for l in leaves {
@@ -1687,6 +1772,7 @@ impl<K, N> OpLog<K, N> {
         cleared: &FxHashMap<usize, u64>,
     ) {
         self.settle_exits();
+        self.refused_unseen(recorder);
         let mut order: Vec<u32> = self.loss_taint.clone();
         order.sort_unstable();
         // `.item()` exits that only feed a re-made leaf loss are told by the loss_rewrap
@@ -1785,13 +1871,7 @@ impl<K, N> OpLog<K, N> {
                 // And those behind a value multiplied with its (zero) output.
                 if !cut.siblings.is_empty() {
                     let roots: Vec<H::Node> = cut.siblings.iter().map(|n| h.node(n)).collect();
-                    let mut g = StandIns {
-                        h: &mut *h,
-                        map: &self.stand_ins,
-                    };
-                    if let Ok(w) = walk_graph(&mut g, roots, 5_000_000) {
-                        lost.extend(w.leaves);
-                    }
+                    lost.extend(leaves_behind(&mut *h, &self.stand_ins, roots));
                 }
                 for a in lost {
                     if let Some(k) = zero.get(&(a as usize)) {
@@ -2280,6 +2360,57 @@ impl<K, N> OpLog<K, N> {
         true
     }
 
+    /// The script died of an inference tensor torch refused where no op of the log ran
+    /// (non-reentrant checkpointing saves a layer's inputs itself, before any op): the last
+    /// `inference_mode` block the user's code entered made it, as [`OpLog::failed`] would say.
+    /// Not when the model's parameters were built under such a block (told with the model),
+    /// nor when an op's refusal already named its block.
+    fn refused_unseen(&mut self, recorder: &Recorder) {
+        let refused = recorder
+            .capture
+            .error
+            .as_ref()
+            .is_some_and(|e| refuses_inference_tensor(&e.message));
+        let inference = |op: &str| {
+            op == gradsleuth_model::capture::INFERENCE_DATA_OP
+                || op == gradsleuth_model::capture::INFERENCE_PARAMS_OP
+        };
+        if !refused
+            || self.cuts.iter().any(|c| inference(&c.op))
+            || recorder.capture.cuts.iter().any(|c| inference(&c.op))
+        {
+            return;
+        }
+        if let Some(block) = self
+            .inference_block
+            .clone()
+            .or_else(|| recorder.inference_block.clone())
+        {
+            self.inference_data_cut(block, Vec::new());
+        }
+    }
+
+    /// The `inference_mode` block at `block` made the tensor torch refused: a cut of its own
+    /// that the loss depends on.
+    fn inference_data_cut(&mut self, block: Site, related: Vec<(Site, &'static str)>) {
+        let id = self.cuts.len() as u32;
+        self.cuts.push(Cut {
+            kind: Category::NoGrad,
+            op: Arc::from(gradsleuth_model::capture::INFERENCE_DATA_OP),
+            site: Some(block),
+            related,
+            nodes: Vec::new(),
+            leaves: Vec::new(),
+            siblings: Vec::new(),
+            outputs: Vec::new(),
+            direct: Vec::new(),
+            upstream: Vec::new(),
+            soft: false,
+            inside: None,
+        });
+        union(&mut self.loss_taint, &[id]);
+    }
+
     /// An op raised: an in-place op on a leaf that requires grad is `inplace_leaf`; an op
     /// refusing a tensor made under `inference_mode` ("Inference tensors cannot be saved for
     /// backward", "Inplace update to inference tensor outside InferenceMode", "A view was
@@ -2294,12 +2425,7 @@ impl<K, N> OpLog<K, N> {
         inputs: &[H::Value],
         message: &str,
     ) {
-        let refused = |m: &str| {
-            m.contains("Inference tensor")
-                || m.contains("inference tensor outside InferenceMode")
-                || m.contains("created in inference mode")
-        };
-        if refused(message) {
+        if refuses_inference_tensor(message) {
             let why = if message.contains("Inference tensor") {
                 "refused here: autograd would save it"
             } else {
@@ -2364,22 +2490,7 @@ impl<K, N> OpLog<K, N> {
                 });
                 if let Some(block) = made {
                     let related = h.stack(1).into_iter().map(|s| (s, why)).collect();
-                    let id = self.cuts.len() as u32;
-                    self.cuts.push(Cut {
-                        kind: Category::NoGrad,
-                        op: Arc::from(gradsleuth_model::capture::INFERENCE_DATA_OP),
-                        site: Some(block),
-                        related,
-                        nodes: Vec::new(),
-                        leaves: Vec::new(),
-                        siblings: Vec::new(),
-                        outputs: Vec::new(),
-                        direct: Vec::new(),
-                        upstream: Vec::new(),
-                        soft: false,
-                        inside: None,
-                    });
-                    union(&mut self.loss_taint, &[id]);
+                    self.inference_data_cut(block, related);
                 }
             }
             return;
@@ -2400,6 +2511,14 @@ impl<K, N> OpLog<K, N> {
             ..Default::default()
         });
     }
+}
+
+/// Torch refusing an inference tensor in autograd (saved for backward, updated in place
+/// outside `inference_mode`, a view of one modified in place).
+fn refuses_inference_tensor(message: &str) -> bool {
+    message.contains("Inference tensor")
+        || message.contains("inference tensor outside InferenceMode")
+        || message.contains("created in inference mode")
 }
 
 fn order_has(taint: &[u32], id: usize) -> bool {

@@ -71,6 +71,29 @@ def test_lightning_two_optimizer_gan_is_quiet_and_names_both_networks(tmp_path):
     assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
 
 
+def test_lightning_toggle_optimizer_is_no_freeze_and_keeps_the_scripts_own(tmp_path):
+    """`toggle_optimizer` turns off, for one optimizer's step, every parameter the other holds:
+    observation ends inside such a window, and the generator is not told frozen (nor the
+    discriminator). A freeze the script made stays the script's, at its line, when Lightning's
+    toggles set the same flags again."""
+    script = HERE / "lightning_gan_toggled.py"
+    (tmp_path / "control").mkdir()
+    (tmp_path / "frozen").mkdir()
+    report = _run(tmp_path / "control", script)
+    assert all(f["code"] != "GS101" for f in report["findings"]), report["findings"]
+    assert not _loud(report), report["findings"]
+    assert all(p["status"] == "learning" for p in report["parameters"]), report["parameters"]
+    report = _run(tmp_path / "frozen", script, "--freeze-discriminator")
+    frozen = [f for f in report["findings"] if f["code"] == "GS101"]
+    assert len(frozen) == 1, report["findings"]
+    f = frozen[0]
+    assert f["severity"] == "warning" and "lightning" not in f["message"], f
+    assert f["location"]["line"] == 50, f
+    assert sorted(f["params"]) == sorted(
+        f"discriminator.{i}.{w}" for i in (0, 2) for w in ("weight", "bias")
+    ), f["params"]
+
+
 def test_lightning_gan_stepping_the_discriminator_before_the_generators_backward(tmp_path):
     """Lightning steps through a closure of its own (the mode keeps recording inside the step):
     the backward's in-place error is the discriminator's step, at the user's `opt_d.step()`,

@@ -6,6 +6,7 @@ nobody here wrote (torch's and torchvision's sources: quiet), and its options: f
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,75 @@ def test_lint_agrees_with_the_runtime_on_static_bugs():
     for f in report["findings"]:
         loc = f["location"]
         assert loc["column"] >= 1 and loc["end_line"] >= loc["line"], f
+
+
+def _respelled(src: str) -> dict[str, str]:
+    """The script with torch named through other imports, each as users write it: functions
+    imported by name (`from torch import no_grad, tensor`), layers and optimizers by name
+    (`from torch.nn import Linear`, `from torch.optim import AdamW`), torch under an alias
+    (`import torch as th`). A name the script also uses for something else is not imported."""
+    lines = src.split("\n")
+    out = {}
+    top = next((i for i, line in enumerate(lines) if line == "import torch"), None)
+    if top is None:
+        return out
+
+    def free(name):  # not used bare anywhere in the original
+        return not re.search(rf"(?<![\w.]){name}\b", src)
+
+    funcs = sorted(n for n in set(re.findall(r"(?<![\w.])torch\.([a-z_]\w*)\(", src)) if free(n))
+    layers = sorted(n for n in set(re.findall(r"(?<![\w.])nn\.([A-Z]\w*)\(", src)) if free(n))
+    optims = sorted(n for n in set(re.findall(r"(?<![\w.])torch\.optim\.([A-Z]\w*)\(", src)) if free(n))
+    if funcs or layers or optims:
+        new = src
+        for names, prefix in ((funcs, r"torch\."), (layers, r"nn\."), (optims, r"torch\.optim\.")):
+            if names:
+                new = re.sub(rf"(?<![\w.]){prefix}({'|'.join(names)})\(", r"\1(", new)
+        imports = [f"from torch import {', '.join(funcs)}"] if funcs else []
+        imports += [f"from torch.nn import {', '.join(layers)}"] if layers else []
+        imports += [f"from torch.optim import {', '.join(optims)}"] if optims else []
+        respelled = new.split("\n")
+        respelled[top] += "; " + "; ".join(imports)  # on the same line: line numbers kept
+        out["by name"] = "\n".join(respelled)
+    if free("th"):
+        aliased = re.sub(r"(?<![\w.])torch\.", "th.", src)
+        aliased = re.sub(r"^import torch$", "import torch as th", aliased, flags=re.M)
+        out["aliased"] = re.sub(r"^(import|from) th\.", r"\1 torch.", aliased, flags=re.M)
+    return out
+
+
+def test_lint_reads_torch_however_it_is_imported(tmp_path):
+    """Every script of the case corpus, with torch imported by name or under an alias, gets
+    the same findings at the same lines: no bug missed, no false alarm (a `with no_grad():`
+    evaluation block read as one)."""
+    originals = {}
+    variants = 0
+    for case in sorted(CASES.iterdir()):
+        script = case / "train.py"
+        if not script.exists():
+            continue
+        src = script.read_text()
+        for style, text in _respelled(src).items():
+            d = tmp_path / style.replace(" ", "_") / case.name
+            d.mkdir(parents=True)
+            (d / "train.py").write_text(text)
+            originals[case.name] = src
+            variants += 1
+    assert variants > 200, variants
+
+    def found(root):
+        _, report = _lint_json(root)
+        return {
+            (f["location"]["file"].replace("\\", "/").split("/")[-2], f["code"], f["location"]["line"])
+            for f in report["findings"]
+        }
+
+    want = {f for f in found(CASES) if f[0] in originals}
+    for style in ("by_name", "aliased"):
+        d = tmp_path / style
+        got = found(d)
+        cases = {p.name for p in d.iterdir()}
+        assert got == {f for f in want if f[0] in cases}, (style, got ^ {f for f in want if f[0] in cases})
 
 
 def test_the_runtime_names_the_lint_rule_that_catches_it(results):

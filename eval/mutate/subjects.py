@@ -363,6 +363,162 @@ model = Classifier()
 '''
 
 
+# Graph networks (PyTorch Geometric): one graph trained full-batch, node labels under a training
+# mask (the layout of its `examples/gcn.py` on Cora), and small graphs collated into one
+# disjoint batch, one label per graph (`examples/mutag_gin.py`'s).
+_GRAPH_NODES = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(0)  # the same graph every step
+    x = torch.randn(24, 8, generator=g)
+    edge_index = torch.randint(0, 24, (2, 72), generator=g)
+    y = torch.randint(0, 3, (24,), generator=g)
+    train_mask = torch.arange(24) % 3 != 0
+    return Data(x=x, edge_index=edge_index, y=y, train_mask=train_mask)
+
+
+def compute_loss(model, data):
+    out = model(data.x, data.edge_index)
+    loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
+    return loss
+'''
+
+_GRAPH_BATCH = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    graphs = []
+    for n in (5, 6, 4, 7):
+        edge_index = torch.randint(0, n, (2, 2 * n), generator=g)
+        graphs.append(Data(x=torch.randn(n, 8, generator=g), edge_index=edge_index,
+                           y=torch.randint(0, 3, (1,), generator=g)))
+    return Batch.from_data_list(graphs)
+
+
+def compute_loss(model, data):
+    out = model(data.x, data.edge_index, data.batch)
+    loss = F.cross_entropy(out, data.y)
+    return loss
+'''
+
+def _pyg_two_layers(name: str, conv1: str, conv2: str, act: str, p: float) -> str:
+    """A two-layer node classifier as PyTorch Geometric's examples write one (`gcn.py`,
+    `gat.py`): dropout before each convolution, an activation between them."""
+    return f'''
+from torch_geometric.data import Data
+
+
+class {name}(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = M.{conv1}
+        self.conv2 = M.{conv2}
+
+    def forward(self, x, edge_index):
+        x = F.dropout(x, p={p}, training=self.training)
+        x = {act}
+        x = F.dropout(x, p={p}, training=self.training)
+        x = self.conv2(x, edge_index)
+        return x
+
+
+model = {name}()
+'''
+
+
+_PYG_GCN = _pyg_two_layers(
+    "GCN", "GCNConv(8, 16, cached=True)", "GCNConv(16, 3, cached=True)", "self.conv1(x, edge_index).relu()", 0.5
+)
+_PYG_GAT = _pyg_two_layers(
+    "GAT",
+    "GATConv(8, 8, heads=4, dropout=0.6)",
+    "GATConv(8 * 4, 3, heads=1, concat=False, dropout=0.6)",
+    "F.elu(self.conv1(x, edge_index))",
+    0.6,
+)
+
+_PYG_GIN = '''
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import global_add_pool
+
+
+class GraphClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gnn = M.GIN(8, 16, num_layers=3, out_channels=16, norm="batch_norm", jk="cat")
+        self.classifier = M.MLP([16, 16, 3], norm=None, dropout=0.5)
+
+    def forward(self, x, edge_index, batch):
+        x = self.gnn(x, edge_index)
+        x = global_add_pool(x, batch)
+        return self.classifier(x)
+
+
+model = GraphClassifier()
+'''
+
+
+# A GAN: a DCGAN-style generator of the script's own and a library network as the discriminator;
+# its two losses as Lightning's GAN example computes them (the fakes detached for the
+# discriminator's).
+_GAN = '''
+class Generator(nn.Module):
+    def __init__(self, latent_dim=16):
+        super().__init__()
+        self.latent_dim = latent_dim
+        self.net = nn.Sequential(
+            nn.Linear(latent_dim, 64 * 4 * 4),
+            nn.Unflatten(1, (64, 4, 4)),
+            nn.ConvTranspose2d(64, 32, 4, 2, 1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(32, 16, 4, 2, 1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(16, 3, 4, 2, 1),
+            nn.Tanh(),
+        )
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class GAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.generator = Generator()
+        self.discriminator = M.shufflenet_v2_x0_5(num_classes=1)
+
+
+model = GAN()
+'''
+
+_GAN_DATA = '''
+def make_batch(step):
+    g = torch.Generator().manual_seed(step)
+    real = torch.rand(4, 3, 32, 32, generator=g) * 2 - 1
+    z = torch.randn(4, 16, generator=g)
+    return real, z
+
+
+def generator_loss(model, batch):
+    real, z = batch
+    fake = model.generator(z)
+    valid = torch.ones(real.size(0), 1)
+    loss = F.binary_cross_entropy_with_logits(model.discriminator(fake), valid)
+    return loss
+
+
+def discriminator_loss(model, batch):
+    real, z = batch
+    valid = torch.ones(real.size(0), 1)
+    real_loss = F.binary_cross_entropy_with_logits(model.discriminator(real), valid)
+    fake = model.generator(z).detach()
+    zeros = torch.zeros(real.size(0), 1)
+    fake_loss = F.binary_cross_entropy_with_logits(model.discriminator(fake), zeros)
+    loss = (real_loss + fake_loss) / 2
+    return loss
+'''
+
+
 def _hf(cls, config):
     return f"from transformers import {config.split('(')[0]}\nmodel = M.{cls}({config})\n"
 
@@ -857,6 +1013,19 @@ SUBJECTS = [
         _LM,
         rebind=True,
     ),
+    # A seventh hold-out: graph networks from PyTorch Geometric in the style of its own examples
+    # (`examples/gcn.py`, `gat.py`, `mutag_gin.py`): message passing whose `propagate` the library
+    # generates from a template into a file of its own, scatter reductions over edges, a
+    # normalised adjacency cached after the first step (`cached=True`), evaluation under
+    # `no_grad` between epochs.
+    Subject("pyg_gcn", "torch_geometric", "torch_geometric.nn.conv.gcn_conv", _PYG_GCN, _GRAPH_NODES, "graph"),
+    Subject("pyg_gat", "torch_geometric", "torch_geometric.nn.conv.gat_conv", _PYG_GAT, _GRAPH_NODES, "graph"),
+    Subject("pyg_gin", "torch_geometric", "torch_geometric.nn.models.basic_gnn", _PYG_GIN, _GRAPH_BATCH),
+    # An eighth hold-out: Lightning's manual optimization, the way its own GAN example trains
+    # (`examples/pytorch/domain_templates/generative_adversarial_net.py`): two optimizers,
+    # `toggle_optimizer` (which turns off `requires_grad` of every parameter the other optimizer
+    # holds, and back), `self.manual_backward`, the fakes detached for the discriminator.
+    Subject("lightning_gan", "torchvision", "torchvision.models.shufflenetv2", _GAN, _GAN_DATA, "lightning_gan"),
     Subject("nn_transformer", "torch", "torch.nn.modules.transformer", _NN_TRANSFORMER, _SEQ_TOKENS),
     Subject("nn_encoder", "torch", "torch.nn.modules.transformer", _NN_ENCODER, _SEQ_TOKENS, "amp"),
     Subject("nn_lstm", "torch", "torch.nn.modules.rnn", _NN_LSTM, _SEQ_TOKENS),
@@ -864,6 +1033,17 @@ SUBJECTS = [
     Subject("own_two_tower", "own", None, _OWN_TOWERS, _VECTORS, "accumulation"),
     Subject("own_energy", "own", None, _OWN_MLP, _ENERGY),
 ]
+
+
+def _lightning_fit(max_steps: str, *extra: str, note: str = "") -> str:
+    """Lightning's Trainer on CPU, quiet, fitting `lit` on the step numbers (`note`: a comment
+    on `max_steps`)."""
+    args = ['accelerator="cpu"', "devices=1", *extra, "logger=False", "enable_checkpointing=False"]
+    args += ["enable_progress_bar=False", "enable_model_summary=False", "num_sanity_val_steps=0"]
+    args += ['default_root_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_out")']
+    lines = f"    max_steps={max_steps},{note}\n" + "".join(f"    {a},\n" for a in args)
+    fit = "trainer.fit(lit, torch.utils.data.DataLoader(range(STEPS), batch_size=1))\n"
+    return f"trainer = L.Trainer(\n{lines})\n{fit}"
 
 
 LOOPS = {
@@ -998,20 +1178,8 @@ class LitModel(L.LightningModule):
 
 max_norm = 1.0
 lit = LitModel(model)
-trainer = L.Trainer(
-    max_steps=STEPS,
-    accelerator="cpu",
-    devices=1,
-    gradient_clip_val=max_norm,
-    logger=False,
-    enable_checkpointing=False,
-    enable_progress_bar=False,
-    enable_model_summary=False,
-    num_sanity_val_steps=0,
-    default_root_dir=os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_out"),
-)
-trainer.fit(lit, torch.utils.data.DataLoader(range(STEPS), batch_size=1))
-''',
+'''
+    + _lightning_fit("STEPS", "gradient_clip_val=max_norm"),
     # Hugging Face Accelerate's loop (the style of its `by_feature/gradient_accumulation.py`):
     # `prepare`, `accumulate`, `accelerator.backward`, clipping only on the synchronising
     # micro-step; the wrapped optimizer steps every micro-step and applies every second one.
@@ -1078,6 +1246,71 @@ for step in range(STEPS):
     optimizer.zero_grad()
     ema_model.step(model.parameters())
 ''',
+    # PyTorch Geometric's examples' loop (`examples/gcn.py`): Adam with weight decay, a
+    # `train()` that returns the loss as a float, a `test()` under `no_grad` after every epoch.
+    "graph": '''
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+
+
+def train(data):
+    model.train()
+    optimizer.zero_grad()
+    loss = compute_loss(model, data)
+    loss.backward()
+    optimizer.step()
+    return float(loss)
+
+
+@torch.no_grad()
+def test(data):
+    model.eval()
+    pred = model(data.x, data.edge_index).argmax(dim=-1)
+    return int((pred == data.y).sum()) / int(data.y.numel())
+
+
+for epoch in range(STEPS):
+    data = make_batch(epoch)
+    loss = train(data)
+    acc = test(data)
+    print(f"epoch {epoch}: loss {loss:.4f}, accuracy {acc:.4f}")
+''',
+    # Lightning's manual optimization, as its GAN example: the generator's step then the
+    # discriminator's, each between `toggle_optimizer` and `untoggle_optimizer`.
+    "lightning_gan": '''
+import lightning as L  # noqa: E402
+
+
+class LitGAN(L.LightningModule):
+    def __init__(self, model):
+        super().__init__()
+        self.automatic_optimization = False
+        self.model = model
+
+    def training_step(self, step, batch_idx):
+        optimizer_g, optimizer_d = self.optimizers()
+        batch = make_batch(int(step[0]))
+        self.toggle_optimizer(optimizer_g)
+        g_loss = generator_loss(self.model, batch)
+        self.manual_backward(g_loss)
+        optimizer_g.step()
+        optimizer_g.zero_grad()
+        self.untoggle_optimizer(optimizer_g)
+        self.toggle_optimizer(optimizer_d)
+        d_loss = discriminator_loss(self.model, batch)
+        self.manual_backward(d_loss)
+        optimizer_d.step()
+        optimizer_d.zero_grad()
+        self.untoggle_optimizer(optimizer_d)
+
+    def configure_optimizers(self):
+        opt_g = torch.optim.Adam(self.model.generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(self.model.discriminator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        return [opt_g, opt_d], []
+
+
+lit = LitGAN(model)
+'''
+    + _lightning_fit("2 * STEPS", note="  # each optimizer's step counts"),
 }
 
 STEPS = 3

@@ -196,6 +196,8 @@ class Tracer:
         # Fingerprints of parameters no optimizer holds (none exists), after the first backward.
         self._bits_unheld: dict[int, float] = {}
         self._deep_since = 0
+        # Gradient norms each optimizer's step read during the op-level step (key -> norm).
+        self._deep_known: dict[int, float | None] = {}
         self._first_backward_site = None
         self.steps = max(1, int(steps))
         self.on_done = on_done
@@ -482,10 +484,11 @@ class Tracer:
             return
         tracer = self
 
-        def record(t, value, frame):
+        def record(t, value, was, frame):
             try:
                 site, via = _FRAMES.site_via(frame)
-                tracer.rec.requires_grad_set(tracer.key(t), value, site, via, not value and _in_owner_init(t, frame))
+                by_owner = not value and _in_owner_init(t, frame)
+                tracer.rec.requires_grad_set(tracer.key(t), value, site, via, by_owner, was)
             except Exception as e:  # noqa: BLE001 - freezing must never fail because of us
                 tracer.rec.note(f"requires_grad: {e}")
 
@@ -493,16 +496,18 @@ class Tracer:
             return base.__get__(t)
 
         def set_(t, value):
+            was = base.__get__(t)
             base.__set__(t, value)
             if tracer.active and isinstance(value, bool):
-                record(t, value, sys._getframe(1))
+                record(t, value, was, sys._getframe(1))
 
         original = torch.Tensor.requires_grad_
 
         def requires_grad_(t, requires_grad=True):
+            was = base.__get__(t)
             out = original(t, requires_grad)
             if tracer.active:
-                record(t, bool(requires_grad), sys._getframe(1))
+                record(t, bool(requires_grad), was, sys._getframe(1))
             return out
 
         nn.Parameter.requires_grad = property(get, set_, doc=base.__doc__)  # type: ignore[assignment]
@@ -677,6 +682,7 @@ class Tracer:
                 step = min(self._opt_steps.values()) + 1 if self._opt_steps else 1
                 self._oplog = OpLog([_TORCH_DIR, _OWN_DIR], step, STDLIB_DIRS)
                 self._deep_since = self.rec.backward_count
+                self._deep_known = {}
             self._mode = _make_op_mode(self._oplog, self.rec)
             self._mode.__enter__()
             if not _setitem_seen() and "__setitem__" not in torch.Tensor.__dict__:
@@ -732,6 +738,10 @@ class Tracer:
         try:
             reached = set(self.rec.reached_keys(self._deep_since))
             unreached, zero, cleared, grads = {}, {}, {}, []
+            # What its own optimizer's step read counts: a GAN's generator stepped, then
+            # `zero_grad()`, before the discriminator's step ends the op-level step.
+            known = {**self._deep_known, **(known or {})}
+            self._deep_known = {}
             for k in self._hooked:
                 t = self.obj(k)
                 if t is None:
@@ -740,9 +750,11 @@ class Tracer:
                     unreached[id(t)] = k
                 elif t.grad is not None:
                     grads.append((k, t))
+                elif k in known:
+                    if known[k] == 0.0:
+                        zero[id(t)] = k
                 else:
                     cleared[id(t)] = k
-            known = known or {}
             for parts in self._parts.values():  # a part's key stands for its address
                 for pk, _, _ in parts:
                     if pk not in reached:
@@ -1474,6 +1486,8 @@ class Tracer:
         keys, weights = self._split_flat(keys, [p.detach() for p in params])
         ns = norms(grad_ts + weights)
         grad_norms = dict(zip(grad_keys, ns[: len(grad_ts)]))
+        if self._oplog is not None:
+            self._deep_known.update(grad_norms)
         after = dict(zip(keys, ns[len(grad_ts) :]))
         self._weights_after[okey] = after
         self.rec.step_post(okey, [(k, grad_norms.get(k)) for k in keys], list(after.items()))

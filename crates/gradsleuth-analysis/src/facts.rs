@@ -230,10 +230,27 @@ impl Facts {
                 visible: (visible(t) || free) && !t.module.is_some_and(|m| uncalled.contains(&m)),
             };
             let cut_off = t.local_numel == Some(0) && cut;
-            f.status = status(t, &f, any_optimizer_step, cut_off);
+            // A parameter a library turns off only for a moment: Lightning's
+            // `toggle_optimizer` sets `requires_grad=False` on what the other optimizers hold
+            // for one optimizer's step and restores it after, and observation may end inside
+            // such a window (a GAN's generator during the discriminator's step). One the
+            // library had already turned back on once while observed, or that got a gradient
+            // and that an optimizer step changed, trains: its flag is read as it was when it
+            // trained.
+            let mut t = t.clone();
+            if !t.requires_grad
+                && t.library_freeze.as_ref().is_some_and(|l| {
+                    l.unfrozen_at.is_none() && (l.toggled || (f.grad_nonzero() && f.changed))
+                })
+            {
+                t.requires_grad = true;
+                t.library_freeze = None;
+                t.frozen_at = None;
+            }
+            f.status = status(&t, &f, any_optimizer_step, cut_off);
             order.push(t.key);
-            recs.insert(t.key, t.clone());
             tensors.insert(t.key, f);
+            recs.insert(t.key, t);
         }
         Facts {
             steps_observed,

@@ -87,11 +87,12 @@ fn tensor() -> impl Strategy<Value = TensorRec> {
             leaf: hidden,
             local_numel: if k % 5 == 0 { Some(k % 3) } else { None },
             frozen_at: None,
-            // Some frozen by PEFT, some of those unfrozen by the script.
+            // Some frozen by PEFT, some of those unfrozen by the script, some toggled.
             library_freeze: (k % 4 == 0).then(|| LibraryFreeze {
                 package: "peft".into(),
                 at: None,
                 unfrozen_at: (k % 8 == 0).then(|| Location::new("t.py", 3)),
+                toggled: k % 12 == 0,
             }),
             assigned_at: None,
         })

@@ -96,6 +96,9 @@ pub struct Recorder {
     frozen: HashMap<u64, Location>,
     /// Tensors an installed library's code froze, as [`TensorRec::library_freeze`] records.
     library_frozen: HashMap<u64, LibraryFreeze>,
+    /// Tensors a library's code set back to True after freezing them: the package, and how
+    /// many backwards had run then.
+    library_restored: HashMap<u64, (String, usize)>,
     /// The user's line that last entered `torch.inference_mode()` while observing: the block
     /// an inference tensor refused later was most likely made in, when the op log did not see
     /// it made (before the op-level window opened).
@@ -123,6 +126,7 @@ impl Recorder {
             optimizers: HashMap::new(),
             frozen: HashMap::new(),
             library_frozen: HashMap::new(),
+            library_restored: HashMap::new(),
             inference_block: None,
             current_backward: None,
             source: SourceCache::new(),
@@ -661,6 +665,10 @@ impl Recorder {
     /// code of the installed library in file `via` when a library's code made the call (PEFT
     /// freezing the base inside `get_peft_model`). `by_owner`: frozen inside the constructor
     /// of the module it belongs to (part of the architecture, not a training choice).
+    ///
+    /// A set that changes nothing (`was == value`) has no author: Lightning's
+    /// `toggle_optimizer` sets `requires_grad=False` again on what the script had frozen, and
+    /// the freeze stays the script's.
     pub fn requires_grad_set(
         &mut self,
         key: u64,
@@ -668,13 +676,20 @@ impl Recorder {
         site: &At,
         via: Option<&str>,
         by_owner: bool,
+        was: bool,
     ) {
+        if was == value {
+            return;
+        }
         let loc = self.loc(site);
         let package = via.and_then(gradsleuth_model::package_of);
         if value {
             self.frozen.remove(&key);
             if let Some(f) = self.library_frozen.get_mut(&key) {
                 if package.is_some_and(|p| p == f.package) {
+                    let backwards = self.capture.backwards.len();
+                    self.library_restored
+                        .insert(key, (f.package.clone(), backwards));
                     self.library_frozen.remove(&key);
                 } else {
                     f.unfrozen_at = loc;
@@ -692,6 +707,13 @@ impl Recorder {
                         package: p.to_owned(),
                         at: loc,
                         unfrozen_at: None,
+                        // Turned back on by the same package, and a backward ran while it
+                        // was on: Lightning's `toggle_optimizer` around each step, not PEFT
+                        // freezing a module again after `bias="all"` unfroze its bias.
+                        toggled: self
+                            .library_restored
+                            .get(&key)
+                            .is_some_and(|(r, at)| r == p && self.capture.backwards.len() > *at),
                     },
                 ),
                 None => self.library_frozen.remove(&key),
@@ -771,12 +793,46 @@ impl Recorder {
         holder: Option<String>,
     ) {
         let location = self.loc(site);
+        let refused = crate::oplog::refuses_inference_tensor(&message);
         self.capture.error = Some(ScriptError {
             kind,
             message,
             location,
             frames,
             holder,
+        });
+        if refused && self.capture.root_calls == 0 {
+            self.refused_before_forward();
+        }
+    }
+
+    /// The script died of an inference tensor torch refused before any model's forward (a
+    /// model built under `inference_mode` whose constructor then resets a buffer in place,
+    /// "Inplace update to inference tensor outside InferenceMode"): no op log ran to see it,
+    /// and the last `inference_mode` block the user's code entered made it, as
+    /// [`crate::oplog::OpLog`] says of a refusal it did not see.
+    fn refused_before_forward(&mut self) {
+        let inference = |op: &str| {
+            op == gradsleuth_model::capture::INFERENCE_DATA_OP
+                || op == gradsleuth_model::capture::INFERENCE_PARAMS_OP
+        };
+        if self.capture.cuts.iter().any(|c| inference(&c.op)) {
+            return;
+        }
+        let Some(block) = self.inference_block.clone() else {
+            return;
+        };
+        let location = self.site_location(&block);
+        self.capture.cuts.push(CutRec {
+            kind: Category::NoGrad,
+            op: gradsleuth_model::capture::INFERENCE_DATA_OP.to_owned(),
+            location,
+            related: Vec::new(),
+            params: Vec::new(),
+            chain: Vec::new(),
+            chain_from: None,
+            step: 0,
+            within: None,
         });
     }
 
@@ -838,6 +894,68 @@ fn insert_sorted(keys: &mut Vec<u64>, key: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_library_toggling_a_flag_is_told_from_a_freeze_and_a_no_op_set_has_no_author() {
+        let lightning = "/v/lib/python3.11/site-packages/lightning/pytorch/core/module.py";
+        let script = At::new("train.py", 61, None);
+        let freeze = |r: &Recorder, key: u64| r.library_frozen.get(&key).cloned();
+        let mut r = Recorder::new("run", 3, None, Vec::new());
+        // Lightning's `toggle_optimizer` turns a generator weight off, `untoggle_optimizer`
+        // back on, the generator's backward runs, and it is off again for the discriminator.
+        r.requires_grad_set(1, false, &script, Some(lightning), false, true);
+        assert!(freeze(&r, 1).is_some_and(|f| f.package == "lightning" && !f.toggled));
+        r.requires_grad_set(1, true, &script, Some(lightning), false, false);
+        assert!(freeze(&r, 1).is_none());
+        r.backward_begin(BackwardKind::Backward, &script, None);
+        r.requires_grad_set(1, false, &script, Some(lightning), false, true);
+        assert!(freeze(&r, 1).is_some_and(|f| f.toggled));
+        // PEFT freezes everything, `bias="all"` unfreezes a bias, wrapping a module for
+        // `modules_to_save` freezes its original again, no backward in between: a freeze.
+        let peft = "/v/lib/python3.11/site-packages/peft/utils/other.py";
+        r.requires_grad_set(3, false, &script, Some(peft), false, true);
+        r.requires_grad_set(3, true, &script, Some(peft), false, false);
+        r.requires_grad_set(3, false, &script, Some(peft), false, true);
+        assert!(freeze(&r, 3).is_some_and(|f| f.package == "peft" && !f.toggled));
+        // The script froze a weight; Lightning sets the same flag again: still the script's.
+        r.requires_grad_set(2, false, &script, None, false, true);
+        r.requires_grad_set(2, false, &script, Some(lightning), false, false);
+        assert!(freeze(&r, 2).is_none());
+        assert_eq!(r.frozen.get(&2).map(|l| l.line), Some(61));
+    }
+
+    #[test]
+    fn an_inference_tensor_refused_before_any_forward_names_the_last_block() {
+        let refusal = "Inplace update to inference tensor outside InferenceMode is not allowed.";
+        // The cuts told when the script dies with `message`, after entering an
+        // `inference_mode` block at line 10 (or not) and running a forward (or not).
+        let told = |entered: bool, forward: bool, kind: &str, message: &str| {
+            let mut r = Recorder::new("run", 3, None, Vec::new());
+            if entered {
+                r.inference_entered(&At::new("train.py", 10, Some("projection")));
+            }
+            if forward {
+                r.root_call();
+            }
+            let raised = At::new("train.py", 14, Some("projection"));
+            r.set_error(kind.into(), message.into(), &raised, Vec::new(), None);
+            r.capture
+                .cuts
+                .iter()
+                .filter(|c| c.op == INFERENCE_DATA_OP)
+                .map(|c| (c.kind, c.location.as_ref().map(|l| l.line), c.step))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            told(true, false, "RuntimeError", refusal),
+            vec![(Category::NoGrad, Some(10), 0)]
+        );
+        // Another error, or no block entered: nothing to say.
+        assert!(told(true, false, "ValueError", "bad shape").is_empty());
+        assert!(told(false, false, "RuntimeError", refusal).is_empty());
+        // After a forward the op log saw the step: it tells the refusal (see OpLog::failed).
+        assert!(told(true, true, "RuntimeError", refusal).is_empty());
+    }
 
     #[test]
     fn processes_are_counted_per_target_and_line_and_dataloader_workers_left_out() {

@@ -747,7 +747,6 @@ impl<'a> Checker<'a> {
     }
 }
 
-/// How the file's top-level imports name `torch.nn`.
 /// Every assignment of `self.<attr>` in class `c` builds a parameter-free module.
 fn self_built_parameter_free(ck: &Checker, c: &ruff_python_ast::StmtClassDef, attr: &str) -> bool {
     struct Built<'x, 'y> {
@@ -784,6 +783,7 @@ fn self_built_parameter_free(ck: &Checker, c: &ruff_python_ast::StmtClassDef, at
     b.free == Some(true)
 }
 
+/// How the file's top-level imports name `torch.nn`.
 fn nn_prefix(body: &[Stmt]) -> Option<String> {
     let mut torch = false;
     for s in body {

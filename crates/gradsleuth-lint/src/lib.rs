@@ -18,6 +18,7 @@ pub mod flow;
 pub mod path;
 pub mod rules;
 pub mod selector;
+pub mod spelling;
 
 use std::path::{Path, PathBuf};
 
@@ -116,8 +117,10 @@ pub fn lint_source(path: &str, source: &str) -> Result<Vec<Finding>, String> {
 pub fn lint_source_with(path: &str, source: &str, config: &LintConfig) -> Result<Checked, String> {
     let parsed =
         ruff_python_parser::parse_module(source).map_err(|e| format!("syntax error: {e}"))?;
+    let mut module = parsed.into_syntax();
+    spelling::respell(&mut module);
     let mut checker = checker::Checker::new(path, source);
-    checker.check_module(parsed.syntax());
+    checker.check_module(&module);
     let lines: Vec<&str> = source.lines().collect();
     let keep = |code: &str, category: &str, line: u32| {
         config.enabled(code, category)

@@ -460,6 +460,11 @@ pub struct LibraryFreeze {
     /// package unfreezing it, as PEFT does for `bias="all"`, ends the record instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unfrozen_at: Option<Location>,
+    /// The same package had set it back to True earlier while observing, and a backward ran
+    /// while it was on: a flag it turns off only around other parameters' steps (Lightning's
+    /// `toggle_optimizer`), not a freeze.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub toggled: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

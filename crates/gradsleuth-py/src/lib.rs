@@ -187,10 +187,10 @@ impl Recorder {
         self.inner.child_process(target, module, method, &at(site));
     }
 
-    /// `requires_grad` set on a tensor while observing: at the user's line `site`, through
-    /// the installed library whose code in file `via` made the call, frozen by the
-    /// constructor of its own module (`by_owner`).
-    #[pyo3(signature = (key, value, site, via, by_owner))]
+    /// `requires_grad` set on a tensor while observing (from `was`): at the user's line
+    /// `site`, through the installed library whose code in file `via` made the call, frozen by
+    /// the constructor of its own module (`by_owner`).
+    #[pyo3(signature = (key, value, site, via, by_owner, was))]
     fn requires_grad_set(
         &mut self,
         key: u64,
@@ -198,9 +198,10 @@ impl Recorder {
         site: Loc3,
         via: Option<String>,
         by_owner: bool,
+        was: bool,
     ) {
         self.inner
-            .requires_grad_set(key, value, &at(site), via.as_deref(), by_owner);
+            .requires_grad_set(key, value, &at(site), via.as_deref(), by_owner, was);
     }
 
     /// A parameter whose values a checkpoint load wrote.

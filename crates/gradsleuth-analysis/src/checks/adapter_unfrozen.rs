@@ -243,6 +243,7 @@ mod tests {
             package: "peft".into(),
             at: Some(Location::new("train.py", 9)),
             unfrozen_at: unfrozen.then(|| Location::new("train.py", 12)),
+            ..Default::default()
         }
     }
 

@@ -574,6 +574,7 @@ mod tests {
                     package: "peft".into(),
                     at: Some(gradsleuth_model::Location::new("train.py", 9)),
                     unfrozen_at: unfrozen.then(|| gradsleuth_model::Location::new("train.py", 12)),
+                    ..Default::default()
                 });
             }
         }
@@ -605,6 +606,43 @@ mod tests {
         // ends: not the library's design any more.
         let f = frozen_by_library(true).run(&CHECK);
         assert_eq!(f[0].severity, Severity::Warning, "{}", f[0].message);
+    }
+
+    #[test]
+    fn a_library_toggle_over_a_trained_parameter_is_no_freeze() {
+        // Lightning's `toggle_optimizer`: observation ends while the library has turned the
+        // flags off for another optimizer's step; these parameters got gradients and their
+        // optimizer changed them in every observed step.
+        let mut s = healthy(2);
+        for t in &mut s.capture.tensors {
+            t.requires_grad = false;
+            t.library_freeze = Some(gradsleuth_model::capture::LibraryFreeze {
+                package: "lightning".into(),
+                at: Some(gradsleuth_model::Location::new("train.py", 20)),
+                unfrozen_at: None,
+                ..Default::default()
+            });
+        }
+        assert!(s.run(&CHECK).is_empty());
+        assert!(s.quiet(), "{:#?}", s.report().findings);
+        // Turned back on by the library once already while observed: a toggle even when they
+        // got no gradient (another cause's to tell).
+        let mut s = frozen_by_library(false);
+        s.capture.tensors.iter_mut().for_each(|t| {
+            if let Some(l) = t.library_freeze.as_mut() {
+                l.package = "lightning".into();
+                l.toggled = true;
+            }
+        });
+        assert!(s.run(&CHECK).is_empty());
+        // The same flags on parameters that never trained while observed: a freeze.
+        let mut s = frozen_by_library(false);
+        s.capture.tensors.iter_mut().for_each(|t| {
+            if t.name.starts_with("backbone.") {
+                t.library_freeze.as_mut().unwrap().package = "lightning".into();
+            }
+        });
+        assert_eq!(s.run(&CHECK).len(), 1);
     }
 
     #[test]

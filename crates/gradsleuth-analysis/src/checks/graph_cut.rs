@@ -71,7 +71,7 @@ const KINDS: &[Kind] = &[
         code: "GS203",
         what: |op, who| {
             if op == gradsleuth_model::capture::INFERENCE_DATA_OP {
-                "A tensor made under `torch.inference_mode()` here is later used where autograd records, and the step fails (\"Inference tensors cannot be saved for backward\"): inference tensors can never enter a graph.".to_owned()
+                "A tensor made under `torch.inference_mode()` here is later used outside it in a way torch refuses (saved for backward where autograd records, or updated in place), and the script fails: an inference tensor can never enter a graph nor change outside `inference_mode`.".to_owned()
             } else if op == gradsleuth_model::capture::INFERENCE_PARAMS_OP {
                 // The tracer's record of parameters made under `inference_mode`.
                 format!("{who} was built or loaded under `torch.inference_mode()`: its parameters are inference tensors, which autograd can never record through (\"Inference tensors cannot be saved for backward\"), so it cannot be trained; build or load it outside `inference_mode` (or under `torch.no_grad()`).")
@@ -377,7 +377,12 @@ fn run_kind(ctx: &Context, kind: &Kind) -> Vec<Finding> {
             }
             _ => agree((kind.what)(&op, &who), &who),
         };
-        let mut steps = vec![cut.step];
+        // Step 0: a cause seen before any step (the script died building its model).
+        let mut steps = if cut.step == 0 {
+            Vec::new()
+        } else {
+            vec![cut.step]
+        };
         if learned_before {
             // The first step in which these parameters had no gradient any more.
             let first = keys

@@ -255,6 +255,10 @@ pub struct OpLog<K, N> {
     /// The script's writes to gradients after a backward (`p.grad = None`,
     /// `p.grad.zero_()`): (the parameter's address, where, the op).
     grad_writes: Vec<(usize, Option<Site>, Arc<str>)>,
+    /// Parameters (by address) an optimizer step updated since the last backward: clearing
+    /// their gradients now is the usual clear after the step (a GAN's generator's
+    /// `zero_grad()` before the discriminator's backward), no write between backward and step.
+    stepped: FxHashSet<usize>,
     /// Tensors needing no grad that ops took or returned (address -> keeper): one first seen
     /// as an input was made by code the log does not see (the batch, or a legacy constructor).
     known: FxHashMap<usize, K>,
@@ -446,6 +450,7 @@ impl<K, N> OpLog<K, N> {
             grads_only: false,
             grads_of: Default::default(),
             grad_writes: Vec::new(),
+            stepped: FxHashSet::default(),
             cuts: Vec::new(),
             grad_off: Vec::new(),
             function_calls: Vec::new(),
@@ -505,6 +510,7 @@ impl<K, N> OpLog<K, N> {
         self.grads_only = false;
         self.grads_of.clear();
         self.grad_writes.clear();
+        self.stepped.clear();
         self.created.clear();
         self.consumed.clear();
         self.requires_grad_set.clear();
@@ -1441,7 +1447,7 @@ impl<K, N> OpLog<K, N> {
         param: usize,
         op: &Arc<str>,
     ) {
-        if self.grad_writes.len() < 65_536 {
+        if self.grad_writes.len() < 65_536 && !self.stepped.contains(&param) {
             let op = match h.callee() {
                 Some(c) => Arc::from(c.name.as_str()),
                 None => op.clone(),
@@ -1555,6 +1561,7 @@ impl<K, N> OpLog<K, N> {
     /// A backward starts from `loss`: remember which cuts it depends on.
     pub fn loss<H: Host<Keeper = K, Kept = N>>(&mut self, h: &mut H, loss: &H::Value) {
         self.backward_seen = true;
+        self.stepped.clear();
         let ptr = h.addr(loss);
         let mut taint = match self.taint.get(&ptr) {
             Some((t, keeper)) if h.holds(keeper, loss) => t.clone(),
@@ -2233,6 +2240,7 @@ impl<K, N> OpLog<K, N> {
         let op: Arc<str> = Arc::from(name);
         let mut site = None;
         for (t, key) in params {
+            self.stepped.insert(h.addr(t));
             self.push_inplace(h, Some(t), &op, &mut site, Some(*key));
         }
     }
@@ -2515,7 +2523,7 @@ impl<K, N> OpLog<K, N> {
 
 /// Torch refusing an inference tensor in autograd (saved for backward, updated in place
 /// outside `inference_mode`, a view of one modified in place).
-fn refuses_inference_tensor(message: &str) -> bool {
+pub(crate) fn refuses_inference_tensor(message: &str) -> bool {
     message.contains("Inference tensor")
         || message.contains("inference tensor outside InferenceMode")
         || message.contains("created in inference mode")

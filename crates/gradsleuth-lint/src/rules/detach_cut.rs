@@ -35,6 +35,16 @@ mod tests {
     }
 
     #[test]
+    fn flags_a_detach_after_layers_held_in_a_container_imported_from_torch_nn() {
+        // PyTorch Geometric's `BasicGNN`: `from torch.nn import ModuleList`, filled in a loop,
+        // iterated in `forward` with its norms.
+        let src = "import torch\nfrom torch.nn import Linear, ModuleList as Layers\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.convs = Layers()\n        self.norms = Layers()\n        for _ in range(2):\n            self.convs.append(Linear(4, 4))\n            self.norms.append(torch.nn.LayerNorm(4))\n        self.head = Linear(4, 1)\n\n    def forward(self, x):\n        for conv, norm in zip(self.convs, self.norms):\n            x = norm(conv(x))\n            x = x.detach()\n        return self.head(x)\n";
+        assert_eq!(codes(src), vec![("GS316".into(), 17)]);
+        // The last layer's output kept live: quiet.
+        assert!(codes(&src.replace("            x = x.detach()\n", "")).is_empty());
+    }
+
+    #[test]
     fn stop_gradient_with_a_live_path_is_fine() {
         // SimSiam: the encoder is live through p1 while z2 is detached.
         let src = format!("{MODEL}    def forward(self, x1, x2):\n        z1, z2 = self.backbone(x1), self.backbone(x2)\n        p1 = self.head(z1)\n        return p1, z2.detach()\n");

@@ -32,13 +32,21 @@ fn tensor_requiring_grad(e: &Expr) -> Option<&Expr> {
     (flag && name.starts_with("torch.") && !name.ends_with("Parameter")).then_some(e)
 }
 
+/// `e` builds a module with parameters the optimizer would miss: not a parameter-free one (a
+/// loss, an activation, dropout, pooling: a plain dict of losses loses nothing), nor one that
+/// trains itself.
+fn holds_parameters_of_its_own(ck: &Checker, e: &Expr) -> bool {
+    ck.constructs_module(e)
+        && !crate::checker::call_name(e)
+            .is_some_and(|n| ck.self_optimizing.contains(&n) || ck.builds_parameter_free(&n))
+}
+
 /// A container of modules: a list/tuple/dict display or comprehension of module constructions,
 /// `list(...)`/`tuple(...)`/`dict(...)` of one, a concatenation, or a local name the function
 /// filled with modules (`layers = []` then `layers.append(Block(i))`).
 fn holds_modules(ck: &Checker, e: &Expr, locals: &HashSet<String>) -> bool {
     let module = |x: &Expr| {
-        (ck.constructs_module(x)
-            && !crate::checker::call_name(x).is_some_and(|n| ck.self_optimizing.contains(&n)))
+        holds_parameters_of_its_own(ck, x)
             || matches!(x, Expr::Name(n) if locals.contains(n.id.as_str()))
     };
     container_holds(e, &module, &|x: &Expr| match x {
@@ -124,9 +132,21 @@ pub fn local_module_lists(ck: &Checker, body: &[Stmt]) -> LocalModules {
         fn param_container(&self, e: &Expr) -> bool {
             holds_parameters(e, &self.param_lists, &self.params) && !self.param(e)
         }
+        // A name bound to any module, parameter-free or not: bound to `nn.Identity()` in one
+        // arm, it may hold a norm layer from a resolver in the other (PyTorch Geometric's
+        // `BasicGNN`).
         fn module(&self, e: &Expr) -> bool {
             self.ck.constructs_module(e)
                 || matches!(e, Expr::Name(n) if self.single.contains(n.id.as_str()))
+                // A copy of one (`copy.deepcopy(layer)`, torch's `_get_clones`).
+                || match e {
+                    Expr::Call(c) => {
+                        crate::checker::call_name(e)
+                            .is_some_and(|n| n == "copy.deepcopy" || n == "deepcopy")
+                            && c.arguments.args.first().is_some_and(|a| self.module(a))
+                    }
+                    _ => false,
+                }
         }
         fn container(&self, e: &Expr) -> bool {
             let mut both = self.lists.clone();
@@ -404,16 +424,32 @@ mod tests {
     }
 
     #[test]
-    fn flags_containers_built_in_steps() {
-        // transformers' `list([Layer(i) for i ...])`, wav2vec2's concatenated conv layers
-        // kept via `list(conv_layers)`, a list filled by `append` in a loop.
-        let src = "import torch.nn as nn\nclass Block(nn.Module):\n    pass\nclass M(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.layer = list([Block() for i in range(n)])\n        conv_layers = [Block()] + [Block() for i in range(n)]\n        self.conv_layers = list(conv_layers)\n        blocks = []\n        for i in range(n):\n            layer = nn.Linear(4, 4)\n            blocks.append(layer)\n        self.blocks = blocks\n        self.towers = dict({'l': Block(), 'r': Block()})\n        self.layer = list()\n        self.layer.append(Block())\n        self.stages = []\n        self.stages.append(Block())\n        self.stages = nn.ModuleList(self.stages)\n        extra = nn.ModuleList([Block()])\n        extra.insert(0, Block())\n        self.extra = extra\n";
+    fn a_plain_container_of_parameter_free_modules_loses_nothing() {
+        // transformers' LXMERT keeps its losses in a dict (`from torch.nn import
+        // CrossEntropyLoss, SmoothL1Loss`); activations and a parameter-free class of the file
+        // in a list. A parameter-holding layer among them is flagged, and so is a list of
+        // copies of a layer that is `nn.Identity()` only when a resolver returned nothing
+        // (PyTorch Geometric's `BasicGNN`).
+        let src = "import torch.nn as nn\nfrom torch.nn import CrossEntropyLoss, SmoothL1Loss\nclass Swish(nn.Module):\n    def forward(self, x):\n        return x * x.sigmoid()\nclass M(nn.Module):\n    def __init__(self, norm):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n        self.loss_fcts = {'l2': SmoothL1Loss(reduction='none'), 'ce': CrossEntropyLoss()}\n        self.acts = [nn.ReLU(), nn.Dropout(0.1), Swish()]\n        self.mixed = [nn.ReLU(), nn.Linear(4, 4)]\n        layer = resolve(norm)\n        if layer is None:\n            layer = nn.Identity()\n        self.norms = list()\n        for _ in range(2):\n            self.norms.append(copy.deepcopy(layer))\n";
         let found = crate::lint_source("t.py", src).unwrap();
         let lines: Vec<u32> = found
             .iter()
             .map(|f| f.location.as_ref().unwrap().line)
             .collect();
-        assert_eq!(lines, vec![7, 9, 14, 15, 16]);
+        assert_eq!(lines, vec![12, 16]);
+    }
+
+    #[test]
+    fn flags_containers_built_in_steps() {
+        // transformers' `list([Layer(i) for i ...])`, wav2vec2's concatenated conv layers
+        // kept via `list(conv_layers)`, a list filled by `append` in a loop.
+        let src = "import torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\nclass M(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.layer = list([Block() for i in range(n)])\n        conv_layers = [Block()] + [Block() for i in range(n)]\n        self.conv_layers = list(conv_layers)\n        blocks = []\n        for i in range(n):\n            layer = nn.Linear(4, 4)\n            blocks.append(layer)\n        self.blocks = blocks\n        self.towers = dict({'l': Block(), 'r': Block()})\n        self.layer = list()\n        self.layer.append(Block())\n        self.stages = []\n        self.stages.append(Block())\n        self.stages = nn.ModuleList(self.stages)\n        extra = nn.ModuleList([Block()])\n        extra.insert(0, Block())\n        self.extra = extra\n";
+        let found = crate::lint_source("t.py", src).unwrap();
+        let lines: Vec<u32> = found
+            .iter()
+            .map(|f| f.location.as_ref().unwrap().line)
+            .collect();
+        assert_eq!(lines, vec![9, 11, 16, 17, 18]);
         assert_eq!(
             found[3].fix.as_deref(),
             Some("self.towers = nn.ModuleDict(dict({'l': Block(), 'r': Block()}))")

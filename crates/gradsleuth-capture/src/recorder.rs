@@ -793,7 +793,7 @@ impl Recorder {
         holder: Option<String>,
     ) {
         let location = self.loc(site);
-        let refused = crate::oplog::refuses_inference_tensor(&message);
+        let refused = refuses_inference_tensor(&message);
         self.capture.error = Some(ScriptError {
             kind,
             message,
@@ -812,11 +812,7 @@ impl Recorder {
     /// and the last `inference_mode` block the user's code entered made it, as
     /// [`crate::oplog::OpLog`] says of a refusal it did not see.
     fn refused_before_forward(&mut self) {
-        let inference = |op: &str| {
-            op == gradsleuth_model::capture::INFERENCE_DATA_OP
-                || op == gradsleuth_model::capture::INFERENCE_PARAMS_OP
-        };
-        if self.capture.cuts.iter().any(|c| inference(&c.op)) {
+        if self.tells_inference() {
             return;
         }
         let Some(block) = self.inference_block.clone() else {
@@ -834,6 +830,12 @@ impl Recorder {
             step: 0,
             within: None,
         });
+    }
+
+    /// A cut already tells of an `inference_mode` block (the tensor it made, or a model's
+    /// parameters built under it).
+    pub(crate) fn tells_inference(&self) -> bool {
+        self.capture.cuts.iter().any(|c| tells_inference(&c.op))
     }
 
     /// A probe run: the value of a scalar loss passed to backward.
@@ -889,6 +891,19 @@ fn insert_sorted(keys: &mut Vec<u64>, key: u64) {
     if let Err(i) = keys.binary_search(&key) {
         keys.insert(i, key);
     }
+}
+
+/// Torch refusing an inference tensor in autograd (saved for backward, updated in place
+/// outside `inference_mode`, a view of one modified in place).
+pub(crate) fn refuses_inference_tensor(message: &str) -> bool {
+    message.contains("Inference tensor")
+        || message.contains("inference tensor outside InferenceMode")
+        || message.contains("created in inference mode")
+}
+
+/// A cut's `op` that tells of an `inference_mode` block.
+pub(crate) fn tells_inference(op: &str) -> bool {
+    op == INFERENCE_DATA_OP || op == INFERENCE_PARAMS_OP
 }
 
 #[cfg(test)]

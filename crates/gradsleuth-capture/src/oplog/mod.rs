@@ -37,7 +37,7 @@ use gradsleuth_model::capture::{
 use gradsleuth_model::{Category, Related};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::recorder::Recorder;
+use crate::recorder::{refuses_inference_tensor, tells_inference, Recorder};
 use crate::site::Site;
 use classify::{classify, FuncInfo, Kind};
 pub use inplace::{parse_inplace_error, InplaceError};
@@ -2379,13 +2379,9 @@ impl<K, N> OpLog<K, N> {
             .error
             .as_ref()
             .is_some_and(|e| refuses_inference_tensor(&e.message));
-        let inference = |op: &str| {
-            op == gradsleuth_model::capture::INFERENCE_DATA_OP
-                || op == gradsleuth_model::capture::INFERENCE_PARAMS_OP
-        };
         if !refused
-            || self.cuts.iter().any(|c| inference(&c.op))
-            || recorder.capture.cuts.iter().any(|c| inference(&c.op))
+            || self.cuts.iter().any(|c| tells_inference(&c.op))
+            || recorder.tells_inference()
         {
             return;
         }
@@ -2519,14 +2515,6 @@ impl<K, N> OpLog<K, N> {
             ..Default::default()
         });
     }
-}
-
-/// Torch refusing an inference tensor in autograd (saved for backward, updated in place
-/// outside `inference_mode`, a view of one modified in place).
-pub(crate) fn refuses_inference_tensor(message: &str) -> bool {
-    message.contains("Inference tensor")
-        || message.contains("inference tensor outside InferenceMode")
-        || message.contains("created in inference mode")
 }
 
 fn order_has(taint: &[u32], id: usize) -> bool {

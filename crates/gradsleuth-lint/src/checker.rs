@@ -897,6 +897,7 @@ impl<'a> Visitor<'a> for Checker<'a> {
             }
             Stmt::FunctionDef(f) => {
                 rules::no_grad_forward::check(self, f);
+                rules::backward_in_no_grad::check_function(self, f);
                 self.functions.push(f.name.id.to_string());
                 rules::zero_grad_order::check(self, &f.body);
                 rules::grad_cleared::check(self, &f.body);

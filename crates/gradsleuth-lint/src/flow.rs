@@ -1909,6 +1909,9 @@ impl<'a, 'c> Flow<'a, 'c> {
                     if let Some(m) = self.methods.get(&(class.clone(), attr.to_owned())).copied() {
                         return self.apply(m, Some(&class), c, fr);
                     }
+                    if let Some(d) = self.dispatched(&class, attr, c, fr) {
+                        return d;
+                    }
                     // A submodule built from a class of this file: its `forward` with what the
                     // caller passes (a head that detaches its input cuts the trunk before it).
                     let sub = self
@@ -2055,6 +2058,92 @@ impl<'a, 'c> Flow<'a, 'c> {
         self.substitute(f, class, summary, c, fr)
     }
 
+    /// A method of `class` or of a base class of the file.
+    fn method_of(&self, class: &str, name: &str) -> Option<&'a StmtFunctionDef> {
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut todo = vec![class.to_owned()];
+        while let Some(cl) = todo.pop() {
+            if let Some(m) = self.methods.get(&(cl.clone(), name.to_owned())) {
+                return Some(m);
+            }
+            if let Some(c) = self.class_defs.get(&cl).copied() {
+                if seen.insert(cl) {
+                    todo.extend(self.file_bases(c).iter().map(|b| b.name.id.to_string()));
+                }
+            }
+        }
+        None
+    }
+
+    /// A framework method that calls the class's own hooks by name, which the file never
+    /// calls itself: PyTorch Geometric's `self.propagate(edge_index, x=x, alpha=alpha)` runs
+    /// the layer's `message` on the keywords (then its `aggregate` and `update` on what that
+    /// returns), `self.edge_updater(...)` its `edge_update`; a hook's parameter takes the
+    /// keyword of its name, `x_j` / `x_i` the keyword `x` gathered at the edges' ends
+    /// (`index`, `ptr`, `size_i` are the graph's integers). `None` where the class of the file
+    /// defines no such hook (the library's own passes the tensors through).
+    fn dispatched(
+        &mut self,
+        class: &str,
+        attr: &str,
+        c: &'a ruff_python_ast::ExprCall,
+        fr: &mut Frame,
+    ) -> Option<Deps> {
+        let hooks: &[&str] = match attr {
+            "propagate" => &["message", "aggregate", "update"],
+            "edge_updater" => &["edge_update"],
+            _ => return None,
+        };
+        let first = self.method_of(class, hooks[0])?;
+        // (The positional arguments are the graph: `edge_index`, `size`.)
+        self.all(c.arguments.args.iter(), fr);
+        let mut kw: HashMap<String, Deps> = HashMap::new();
+        for k in &c.arguments.keywords {
+            let d = self.expr(&k.value, fr);
+            if let Some(arg) = &k.arg {
+                kw.insert(arg.id.to_string(), d);
+            }
+        }
+        let site = site_of(&c.func);
+        let mut out: Option<Deps> = None;
+        for (i, hook) in hooks.iter().enumerate() {
+            let Some(f) = (if i == 0 {
+                Some(first)
+            } else {
+                self.method_of(class, hook)
+            }) else {
+                continue;
+            };
+            let mut params = param_names(&f.parameters);
+            if !params.is_empty() && !is_staticmethod(f) {
+                params.remove(0);
+            }
+            let mut bound: HashMap<String, Deps> = HashMap::new();
+            for (j, p) in params.iter().enumerate() {
+                // `aggregate(inputs, index, ...)`, `update(inputs, **kwargs)`: the previous
+                // hook's result first.
+                if j == 0 {
+                    if let Some(prev) = &out {
+                        bound.insert(p.clone(), prev.clone());
+                        continue;
+                    }
+                }
+                let gathered = p.strip_suffix("_j").or_else(|| p.strip_suffix("_i"));
+                let d = kw
+                    .get(p.as_str())
+                    .or_else(|| gathered.and_then(|g| kw.get(g)));
+                if let Some(d) = d {
+                    bound.insert(p.clone(), d.clone());
+                }
+            }
+            let Some(summary) = self.summary(f, Some(class)) else {
+                continue;
+            };
+            out = Some(self.substitute_bound(summary, params, &bound, site, fr));
+        }
+        out
+    }
+
     /// A submodule's `forward` called from its owner: what it does to its arguments. Its own
     /// `self.X` sources are its parts, which the caller counts as the submodule itself.
     fn apply_submodule(
@@ -2099,10 +2188,23 @@ impl<'a, 'c> Flow<'a, 'c> {
                 bound.insert(arg.id.to_string(), d);
             }
         }
+        self.substitute_bound(summary, params, &bound, site_of(&c.func), fr)
+    }
+
+    /// A summary with its parameters (`params`, without `self`) replaced by what a call binds
+    /// to them; `site` names the call.
+    fn substitute_bound(
+        &mut self,
+        summary: Deps,
+        params: Vec<String>,
+        bound: &HashMap<String, Deps>,
+        site: u64,
+        fr: &mut Frame,
+    ) -> Deps {
         let params: HashSet<String> = params.into_iter().collect();
         // The callee's `if` tests as seen from this call; what its arguments carry already
         // holds the caller's path, what it reads itself gets it here.
-        let summary = summary.at_call(site_of(&c.func), fr.loops > 0);
+        let summary = summary.at_call(site, fr.loops > 0);
         let mut out = Deps::default();
         for (s, ctx) in summary.live {
             match of_param(&s, &params) {

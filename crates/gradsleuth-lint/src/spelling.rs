@@ -10,6 +10,10 @@
 //! what it names; the rewritten nodes keep the range of the name they replace, so locations,
 //! snippets and fixes still show the user's own text.
 //!
+//! A tensor method called through the class (`torch.Tensor.detach(h)`, `Tensor.item(x)`) or
+//! through the torch function that is the method (`torch.detach(h)`) is rewritten to the method
+//! called on its first argument (`h.detach()`), the way every rule reads it.
+//!
 //! A name the file binds anywhere else too (an assignment, a parameter, a loop target, a
 //! definition, another import) is left alone: which object it holds at a given use would need
 //! the flow of the whole file.
@@ -21,7 +25,7 @@ use ruff_python_ast::visitor::{self as visitor, Visitor};
 use ruff_python_ast::{
     AtomicNodeIndex, Expr, ExprAttribute, ExprContext, ExprName, Identifier, ModModule, Stmt,
 };
-use ruff_text_size::TextRange;
+use ruff_text_size::{Ranged, TextRange};
 
 /// The usual spelling of a full dotted path under the modules the rules read.
 fn usual(path: &str) -> String {
@@ -188,6 +192,41 @@ fn dotted_expr(path: &str, range: TextRange) -> Expr {
 
 struct Respell<'m>(&'m HashMap<String, String>);
 
+/// Torch functions that are a tensor method under another spelling: `torch.detach(h)` is
+/// `h.detach()`.
+const METHOD_FUNCTIONS: &[&str] = &["detach", "detach_"];
+
+/// The method a call names through the tensor class (`torch.Tensor.detach(h)`) or as one of
+/// torch's functions that are the method (`torch.detach(h)`): `h.detach()`.
+fn as_method(e: &mut Expr) {
+    let Expr::Call(c) = e else { return };
+    let Some(name) = crate::checker::dotted(&c.func) else {
+        return;
+    };
+    let method = match name.strip_prefix("torch.Tensor.") {
+        Some(m) if !m.contains('.') => m,
+        _ => match name.strip_prefix("torch.") {
+            Some(m) if METHOD_FUNCTIONS.contains(&m) => m,
+            _ => return,
+        },
+    };
+    if c.arguments.args.is_empty() || matches!(c.arguments.args[0], Expr::Starred(_)) {
+        return;
+    }
+    let method = Identifier::new(method, c.func.range());
+    let range = c.func.range();
+    let mut args = std::mem::take(&mut c.arguments.args).into_vec();
+    let receiver = args.remove(0);
+    c.arguments.args = args.into_boxed_slice();
+    *c.func = Expr::Attribute(ExprAttribute {
+        node_index: AtomicNodeIndex::default(),
+        range,
+        value: Box::new(receiver),
+        attr: method,
+        ctx: ExprContext::Load,
+    });
+}
+
 impl Transformer for Respell<'_> {
     fn visit_expr(&self, e: &mut Expr) {
         if let Expr::Name(n) = e {
@@ -199,15 +238,15 @@ impl Transformer for Respell<'_> {
             }
         }
         transformer::walk_expr(self, e);
+        as_method(e);
     }
 }
 
-/// Rewrites the uses of the names [`respellings`] finds, in place.
+/// Rewrites the uses of the names [`respellings`] finds, in place, and the calls of a tensor
+/// method through the class or a torch function of the same meaning (`torch.Tensor.detach(h)`,
+/// `torch.detach(h)`) to the method called on its first argument (`h.detach()`).
 pub fn respell(module: &mut ModModule) {
     let names = respellings(module);
-    if names.is_empty() {
-        return;
-    }
     let t = Respell(&names);
     for s in &mut module.body {
         t.visit_stmt(s);
@@ -253,5 +292,28 @@ mod tests {
     #[test]
     fn other_packages_are_not_touched() {
         assert!(spelled("import pandas as pd\nfrom torch_geometric.nn import GCNConv\nfrom torch.utils.checkpoint import checkpoint\n").is_empty());
+    }
+
+    #[test]
+    fn a_method_called_through_the_class_or_torch_reads_as_the_method() {
+        let src = "import torch\nfrom torch import Tensor\nimport torch.nn as nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = nn.Linear(4, 4)\n        self.head = nn.Linear(4, 1)\n\n    def forward(self, x):\n        h = self.body(x)\n        h = h.detach()\n        return self.head(h)\n";
+        let bound = crate::rules::codes(src);
+        assert_eq!(bound, vec![("GS316".into(), 13)]);
+        for form in [
+            "torch.detach(h)",
+            "torch.Tensor.detach(h)",
+            "Tensor.detach(h)",
+            "torch.Tensor.detach_(h)",
+        ] {
+            assert_eq!(
+                crate::rules::codes(&src.replace("h.detach()", form)),
+                bound,
+                "{form}"
+            );
+        }
+        let item = src.replace("h = h.detach()", "h = torch.Tensor.tolist(h)");
+        assert_eq!(crate::rules::codes(&item), vec![("GS317".into(), 13)]);
+        // Another function of torch is not a method: `torch.relu(h)` keeps the path.
+        assert!(crate::rules::codes(&src.replace("h.detach()", "torch.relu(h)")).is_empty());
     }
 }

@@ -317,4 +317,33 @@ mod tests {
         let src = format!("{MODEL}    def forward(self, levels):\n        outs, logged = [], []\n        for x in levels:\n            h = self.backbone(x)\n            logged.append(h.detach())\n            outs.append(self.head(h))\n        return torch.cat(outs, dim=1)\n");
         assert!(codes(&src).is_empty());
     }
+
+    const CONV: &str = "import torch\nfrom torch import Tensor\nfrom torch.nn import Linear, Parameter\nfrom torch_geometric.nn.conv import MessagePassing\nfrom torch_geometric.utils import softmax\n\nclass AttnConv(MessagePassing):\n    def __init__(self, d):\n        super().__init__(aggr=\"add\")\n        self.lin = Linear(d, d)\n        self.att = Parameter(torch.empty(1, d))\n\n    def forward(self, x: Tensor, edge_index) -> Tensor:\n        x = self.lin(x)\n        a = (x * self.att).sum(-1)\n        alpha = self.edge_updater(edge_index, a=a)\n        return self.propagate(edge_index, x=x, alpha=alpha)\n\n    def edge_update(self, a_j: Tensor, a_i: Tensor, index, ptr, size_i) -> Tensor:\n        alpha = softmax(a_j + a_i, index, ptr, size_i)\n        return alpha\n\n    def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:\n        return alpha.unsqueeze(-1) * x_j\n";
+
+    #[test]
+    fn the_hooks_a_message_passing_layer_runs_through_propagate() {
+        // PyTorch Geometric runs `edge_update` from `self.edge_updater(...)` and `message` from
+        // `self.propagate(...)`, their parameters filled from the keywords (`a_j`: `a` at
+        // the edges' sources): a cut inside either is a cut of what was passed.
+        assert!(codes(CONV).is_empty());
+        let cut_alpha = CONV.replace("        return alpha\n", "        return alpha.detach()\n");
+        assert_eq!(codes(&cut_alpha), vec![("GS316".into(), 21)]);
+        let cut_message = CONV.replace(
+            "alpha.unsqueeze(-1) * x_j",
+            "alpha.detach().unsqueeze(-1) * x_j",
+        );
+        assert_eq!(codes(&cut_message), vec![("GS316".into(), 24)]);
+        // (`x_j` cut while `alpha` carries `self.lin` live, and one end of an edge cut while
+        // the other carries `self.att`: quiet.)
+        let x_cut = CONV.replace(
+            "alpha.unsqueeze(-1) * x_j",
+            "alpha.unsqueeze(-1) * x_j.detach()",
+        );
+        assert!(codes(&x_cut).is_empty());
+        let one_side = CONV.replace("a_j + a_i", "a_j.detach() + a_i");
+        assert!(codes(&one_side).is_empty());
+        // An `aggregate` the layer overrides gets what `message` returned.
+        let agg = format!("{CONV}\n    def aggregate(self, inputs: Tensor, index: Tensor) -> Tensor:\n        return inputs.detach()\n");
+        assert_eq!(codes(&agg), vec![("GS316".into(), 27)]);
+    }
 }

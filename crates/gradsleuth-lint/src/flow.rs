@@ -519,6 +519,10 @@ pub struct Flow<'a, 'c> {
     class_defs: HashMap<String, &'a StmtClassDef>,
     module_vars: HashSet<String>,
     summaries: HashMap<FnKey, Deps>,
+    /// The backwards a function runs (itself or through what it calls), in terms of its
+    /// parameters: each call runs them on its arguments (`def train(model, opt, protos)`
+    /// called with a model built under `inference_mode`, prototypes computed before the loop).
+    fn_backwards: HashMap<FnKey, Vec<Deps>>,
     in_progress: HashSet<FnKey>,
     backwards: Vec<Deps>,
     /// Each module class's `forward` return, by class.
@@ -839,6 +843,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 .collect(),
             module_vars: HashSet::new(),
             summaries: HashMap::new(),
+            fn_backwards: HashMap::new(),
             in_progress: HashSet::new(),
             backwards: Vec::new(),
             forward_returns: Vec::new(),
@@ -1308,7 +1313,12 @@ impl<'a, 'c> Flow<'a, 'c> {
             && class.is_some_and(|c| self.class_attrs.contains_key(c));
         let returns_loss = is_training_step || self.loss_methods.contains(&k);
         frame.loss_return = returns_loss;
+        let first_backward = self.backwards.len();
         self.block(&f.body, &mut frame);
+        let own: Vec<Deps> = self.backwards[first_backward..].to_vec();
+        if !own.is_empty() {
+            self.fn_backwards.insert(k, own);
+        }
         let mut ret = frame.returns;
         // Under `@torch.no_grad()` nothing the function returns has a history: the decorator
         // is the one cut of everything it reads (the cuts inside come after it).
@@ -2055,7 +2065,17 @@ impl<'a, 'c> Flow<'a, 'c> {
         let Some(summary) = self.summary(f, class) else {
             return self.args(c, fr);
         };
-        self.substitute(f, class, summary, c, fr)
+        // The backwards it runs, on what this call passes. (Their deps hold only parameters
+        // and the file's own names: a call costs one substitution per backward.)
+        let (params, bound) = self.bind_call(f, class, c, fr);
+        let site = site_of(&c.func);
+        if let Some(backwards) = self.fn_backwards.get(&key(f)).cloned() {
+            for b in backwards {
+                let d = self.substitute_bound(b, params.clone(), &bound, site, fr);
+                self.backwards.push(d);
+            }
+        }
+        self.substitute_bound(summary, params, &bound, site, fr)
     }
 
     /// A method of `class` or of a base class of the file.
@@ -2170,6 +2190,19 @@ impl<'a, 'c> Flow<'a, 'c> {
         c: &'a ruff_python_ast::ExprCall,
         fr: &mut Frame,
     ) -> Deps {
+        let (params, bound) = self.bind_call(f, class, c, fr);
+        self.substitute_bound(summary, params, &bound, site_of(&c.func), fr)
+    }
+
+    /// A call's arguments bound to the function's parameters (without `self`), each evaluated
+    /// once.
+    fn bind_call(
+        &mut self,
+        f: &'a StmtFunctionDef,
+        class: Option<&str>,
+        c: &'a ruff_python_ast::ExprCall,
+        fr: &mut Frame,
+    ) -> (Vec<String>, HashMap<String, Deps>) {
         let mut params = param_names(&f.parameters);
         // (A `@staticmethod` called through `self` has no `self` to skip.)
         if class.is_some() && !params.is_empty() && !is_staticmethod(f) {
@@ -2188,7 +2221,7 @@ impl<'a, 'c> Flow<'a, 'c> {
                 bound.insert(arg.id.to_string(), d);
             }
         }
-        self.substitute_bound(summary, params, &bound, site_of(&c.func), fr)
+        (params, bound)
     }
 
     /// A summary with its parameters (`params`, without `self`) replaced by what a call binds

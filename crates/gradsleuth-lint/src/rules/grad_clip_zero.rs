@@ -62,18 +62,68 @@ fn report(ck: &mut Checker, e: &Expr) {
 
 /// What the file assigns to names and config fields: `true` while every value seen is 0.
 #[derive(Default)]
-struct Values {
+struct Values<'a> {
     names: HashMap<String, bool>,
     fields: HashMap<String, bool>,
+    /// Parameters without a default of the file's plain functions: (parameter, function,
+    /// position). Their values are what the calls pass (`def train(model, opt, max_norm)`
+    /// called as `train(model, opt, max_norm)`).
+    params: Vec<(String, String, usize)>,
+    /// Calls of a plain name, by name.
+    calls: HashMap<String, Vec<&'a ruff_python_ast::ExprCall>>,
 }
 
-impl Values {
+impl Values<'_> {
+    /// Each parameter takes the values its function's calls pass: 0 where every call passes 0
+    /// or a name that only holds 0 (the parameter's own name passed on reads as nothing new).
+    /// A function never called with it, a call passing `*args`: anything.
+    fn bind_parameters(&mut self) {
+        let params = std::mem::take(&mut self.params);
+        let mut zero: HashMap<&str, bool> = HashMap::new();
+        for (p, f, i) in &params {
+            let calls = self.calls.get(f).map(Vec::as_slice).unwrap_or_default();
+            let args: Vec<Option<&Expr>> = calls
+                .iter()
+                .map(|c| {
+                    if c.arguments
+                        .args
+                        .iter()
+                        .any(|a| matches!(a, Expr::Starred(_)))
+                    {
+                        return None;
+                    }
+                    c.arguments.args.get(*i).or_else(|| {
+                        c.arguments
+                            .keywords
+                            .iter()
+                            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == p))
+                            .map(|k| &k.value)
+                    })
+                })
+                .collect();
+            let passed = !args.is_empty()
+                && args.iter().all(|a| {
+                    a.is_some_and(|a| match a {
+                        Expr::Name(n) if n.id.as_str() == p => true,
+                        Expr::Name(n) => self.names.get(n.id.as_str()) == Some(&true),
+                        other => is_zero(other),
+                    })
+                });
+            *zero.entry(p.as_str()).or_insert(true) &= passed;
+        }
+        for (p, z) in zero {
+            *self.names.entry(p.to_owned()).or_insert(true) &= z;
+        }
+    }
+}
+
+impl Values<'_> {
     fn see(map: &mut HashMap<String, bool>, key: &str, value: &Expr) {
         *map.entry(key.to_owned()).or_insert(true) &= is_zero(value);
     }
 }
 
-impl<'a> Visitor<'a> for Values {
+impl<'a> Visitor<'a> for Values<'a> {
     fn visit_stmt(&mut self, s: &'a Stmt) {
         match s {
             Stmt::Assign(a) => {
@@ -101,11 +151,30 @@ impl<'a> Visitor<'a> for Values {
             }
             Stmt::FunctionDef(f) => {
                 let p = &f.parameters;
-                for a in p.posonlyargs.iter().chain(&p.args).chain(&p.kwonlyargs) {
+                let positional = p.posonlyargs.len() + p.args.len();
+                let method = p
+                    .posonlyargs
+                    .iter()
+                    .chain(&p.args)
+                    .next()
+                    .is_some_and(|a| matches!(a.parameter.name.id.as_str(), "self" | "cls"));
+                for (i, a) in p
+                    .posonlyargs
+                    .iter()
+                    .chain(&p.args)
+                    .chain(&p.kwonlyargs)
+                    .enumerate()
+                {
+                    let name = a.parameter.name.id.as_str();
                     match &a.default {
-                        Some(d) => Self::see(&mut self.names, a.parameter.name.id.as_str(), d),
+                        Some(d) => Self::see(&mut self.names, name, d),
+                        None if !method => self.params.push((
+                            name.to_owned(),
+                            f.name.id.to_string(),
+                            if i < positional { i } else { usize::MAX },
+                        )),
                         None => {
-                            self.names.insert(a.parameter.name.id.to_string(), false);
+                            self.names.insert(name.to_owned(), false);
                         }
                     }
                 }
@@ -123,6 +192,9 @@ impl<'a> Visitor<'a> for Values {
     fn visit_expr(&mut self, e: &'a Expr) {
         // `parser.add_argument("--max-norm", type=float, default=0.0)`: the field `max_norm`.
         if let Expr::Call(c) = e {
+            if let Expr::Name(n) = c.func.as_ref() {
+                self.calls.entry(n.id.to_string()).or_default().push(c);
+            }
             if let Expr::Attribute(a) = c.func.as_ref() {
                 if a.attr.id.as_str() == "add_argument" {
                     let kw = |k: &str| {
@@ -182,8 +254,9 @@ pub fn check_module(ck: &mut Checker, body: &[Stmt]) {
     for s in body {
         values.visit_stmt(s);
     }
+    values.bind_parameters();
     struct Calls<'a, 'v> {
-        values: &'v Values,
+        values: &'v Values<'a>,
         guards: Vec<Vec<String>>,
         found: Vec<&'a Expr>,
     }
@@ -292,5 +365,24 @@ mod tests {
     fn positive_and_variable_bounds_are_fine() {
         let src = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nclip_grad_norm_(ps, max_norm=cfg.clip)\n";
         assert!(codes(src).is_empty());
+    }
+
+    #[test]
+    fn a_parameter_takes_what_the_calls_pass() {
+        // The loop in `def train(model, opt, max_norm)`, called with the script's 0.
+        let src = "max_norm = 0.0\n\ndef train(model, opt, max_norm):\n    for x in data:\n        clip_grad_norm_(model.parameters(), max_norm)\n        opt.step()\n\ntrain(model, opt, max_norm)\n";
+        assert_eq!(codes(src), vec![("GS308".into(), 5)]);
+        let literal = src.replace(
+            "train(model, opt, max_norm)\n",
+            "train(model, opt, max_norm=0)\n",
+        );
+        assert_eq!(codes(&literal), vec![("GS308".into(), 5)]);
+        // One call passing a real bound, a call passing `*args`, or no call at all: anything.
+        let other = format!("{src}train(model, opt, 1.0)\n");
+        assert!(codes(&other).is_empty());
+        let starred = src.replace("train(model, opt, max_norm)\n", "train(*args)\n");
+        assert!(codes(&starred).is_empty());
+        let uncalled = src.replace("train(model, opt, max_norm)\n", "");
+        assert!(codes(&uncalled.replace("max_norm = 0.0\n", "")).is_empty());
     }
 }

@@ -158,6 +158,83 @@ def test_lint_reads_torch_however_it_is_imported(tmp_path):
         assert got == {f for f in want if f[0] in cases}, (style, got ^ {f for f in want if f[0] in cases})
 
 
+def _loop_in_a_function(src: str) -> tuple[str, int] | None:
+    """The script with its training loop (from its first top-level loop to the end) moved into
+    `def run_training_loop(<the names it reads>):`, called with those names, as scripts write
+    `def train(model, optimizer, loader)`; and the line the function's body starts at (the
+    lines from there on move down by one). None where the loop is not last, or rebinds a name a
+    function above reads."""
+    import ast
+
+    body = ast.parse(src).body
+    loop = next((i for i, s in enumerate(body) if isinstance(s, (ast.For, ast.While))), None)
+    if loop is None:
+        return None
+    rest = body[loop:]
+    nodes = [n for s in rest for n in ast.walk(s)]
+    if any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Global)) for n in nodes):
+        return None
+    names = [n for s in body[:loop] for n in ast.walk(s) if isinstance(n, ast.Name)]
+    before = {n.id for n in names if isinstance(n.ctx, ast.Store)}
+    loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    stores = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    free = set()
+    for s in body[:loop]:
+        for fn in ast.walk(s):
+            if isinstance(fn, (ast.FunctionDef, ast.Lambda)):
+                own = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+                own |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                free |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own
+    if stores & free:
+        return None
+    params = ", ".join(sorted((loads & before) - stores))
+    start = rest[0].lineno
+    lines = src.split("\n")
+    moved = ["    " + line if line.strip() else line for line in lines[start - 1 :]]
+    head = [*lines[: start - 1], f"def run_training_loop({params}):"]
+    text = "\n".join([*head, *moved, "", f"run_training_loop({params})", ""])
+    return text, start
+
+
+# Rules that read what a name holds where it is assigned, not what a parameter is passed: a
+# graph computed before the loop and handed in (GS324), an EMA copy handed in as the model the
+# loss runs (GS331).
+LOOP_IN_A_FUNCTION_UNSEEN = {"stale_tensor_running_loss", "optimizer_stale_trains_ema_copy"}
+
+
+def test_lint_reads_a_loop_moved_into_a_function(tmp_path):
+    """Every script of the case corpus with its loop moved into a function called with the
+    model, optimizer and values it reads gets the same findings at the same lines (a model built
+    under `inference_mode` handed to it, a clipping bound of 0 passed to it), but for the
+    scripts named in LOOP_IN_A_FUNCTION_UNSEEN."""
+    shifts = {}
+    for case in sorted(CASES.iterdir()):
+        script = case / "train.py"
+        moved = _loop_in_a_function(script.read_text()) if script.exists() else None
+        if moved is None:
+            continue
+        d = tmp_path / case.name
+        shutil.copytree(case, d)
+        (d / "train.py").write_text(moved[0])
+        shifts[case.name] = moved[1]
+    assert len(shifts) >= 40, len(shifts)
+
+    def found(root, shift):
+        _, report = _lint_json(root)
+        out = set()
+        for f in report["findings"]:
+            case = f["location"]["file"].replace("\\", "/").split("/")[-2]
+            if case in shifts:
+                line = f["location"]["line"]
+                moved = shift and f["location"]["file"].endswith("train.py") and line >= shifts[case]
+                out.add((case, f["code"], line + 1 if moved else line))
+        return out
+
+    want, got = found(CASES, True), found(tmp_path, False)
+    differ = {f[0] for f in want ^ got}
+    assert differ == LOOP_IN_A_FUNCTION_UNSEEN, want ^ got
+
+
 def test_the_runtime_names_the_lint_rule_that_catches_it(results):
     """A runtime finding for a statically visible bug says which lint rule would have caught it."""
     named = 0

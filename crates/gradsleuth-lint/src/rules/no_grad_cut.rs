@@ -55,6 +55,10 @@ mod tests {
         // Under `no_grad`, parameters are ordinary leaves: fine.
         let no_grad = src.replace("inference_mode", "no_grad");
         assert!(codes(&no_grad).is_empty());
+        // The loop in a function the model is handed to, under any name: its backward runs on
+        // what each call passes.
+        let handed = "import torch\nimport torch.nn as nn\n\nwith torch.inference_mode():\n    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n\ndef fit(net, optimizer):\n    for x in data:\n        loss = net(x).pow(2).mean()\n        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\nfit(model, opt)\n";
+        assert_eq!(codes(handed), vec![("GS319".into(), 4)], "{handed}");
     }
 
     #[test]

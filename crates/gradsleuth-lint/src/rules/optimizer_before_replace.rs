@@ -34,6 +34,88 @@ pub fn is_optimizer_call(e: &Expr) -> bool {
     call_name(e).is_some_and(|n| crate::flow::is_optimizer_ctor(&n))
 }
 
+/// A call of a function of the file that builds and returns an optimizer (`def
+/// build_optimizer(model, lr): return torch.optim.AdamW(model.parameters(), lr=lr)`, or param
+/// groups collected from `model.named_parameters()` first): the models whose parameters it
+/// reads, its parameters replaced by what the call passes. None for any other expression.
+pub(crate) fn factory_owners(ck: &Checker, e: &Expr) -> Option<Vec<String>> {
+    use ruff_python_ast::visitor::{self, Visitor};
+    let Expr::Call(c) = e else { return None };
+    let Expr::Name(n) = c.func.as_ref() else {
+        return None;
+    };
+    let f = ck.defs.get(n.id.as_str())?;
+    // What it returns: an optimizer call, or a name it bound to one.
+    struct Returns<'a> {
+        built: Vec<String>,
+        returns: Vec<&'a Expr>,
+    }
+    impl<'a> Visitor<'a> for Returns<'a> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            match s {
+                Stmt::FunctionDef(_) | Stmt::ClassDef(_) => return,
+                Stmt::Return(r) => self.returns.extend(r.value.as_deref()),
+                Stmt::Assign(a) if is_optimizer_call(&a.value) => {
+                    self.built
+                        .extend(a.targets.iter().filter_map(crate::checker::dotted));
+                }
+                _ => {}
+            }
+            visitor::walk_stmt(self, s);
+        }
+    }
+    let mut r = Returns {
+        built: Vec::new(),
+        returns: Vec::new(),
+    };
+    visitor::walk_body(&mut r, &f.body);
+    let returns_optimizer = r.returns.iter().any(|v| {
+        is_optimizer_call(v) || crate::checker::dotted(v).is_some_and(|d| r.built.contains(&d))
+    });
+    if !returns_optimizer {
+        return None;
+    }
+    let mut inside = Vec::new();
+    struct Owners<'o>(&'o mut Vec<String>);
+    impl<'a> Visitor<'a> for Owners<'_> {
+        fn visit_stmt(&mut self, s: &'a Stmt) {
+            if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+                visitor::walk_stmt(self, s);
+            }
+        }
+        fn visit_expr(&mut self, e: &'a Expr) {
+            parameter_owners(e, self.0);
+        }
+    }
+    visitor::walk_body(&mut Owners(&mut inside), &f.body);
+    let params = crate::flow::param_names(&f.parameters);
+    let passed = |p: &str, i: usize| {
+        c.arguments
+            .keywords
+            .iter()
+            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == p))
+            .map(|k| &k.value)
+            .or_else(|| c.arguments.args.get(i))
+            .and_then(crate::checker::module_path)
+    };
+    let mut out = Vec::new();
+    for o in inside {
+        let (root, rest) = o
+            .split_once('.')
+            .map_or((o.as_str(), None), |(a, b)| (a, Some(b)));
+        match params.iter().position(|p| p == root) {
+            Some(i) => {
+                if let Some(arg) = passed(root, i) {
+                    out.push(rest.map_or(arg.clone(), |r| format!("{arg}.{r}")));
+                }
+            }
+            None => out.push(o.clone()),
+        }
+    }
+    out.dedup();
+    Some(out)
+}
+
 /// Statements of a body in order, nested blocks flattened (not nested functions or classes).
 pub(crate) fn flatten<'a>(body: &'a [Stmt], out: &mut Vec<&'a Stmt>) {
     for s in body {
@@ -343,6 +425,8 @@ pub fn check(
         // earliest point those parameters were read.
         let mut owners = Vec::new();
         parameter_owners(value, &mut owners);
+        let factory = factory_owners(ck, value);
+        owners.extend(factory.iter().flatten().cloned());
         let mut taken = at;
         let mut reads_snapshot = false;
         for n in crate::checker::module_paths(value) {
@@ -352,7 +436,7 @@ pub fn check(
                 reads_snapshot = true;
             }
         }
-        if is_optimizer_call(value) {
+        if is_optimizer_call(value) || factory.is_some() {
             let aliases: Vec<String> = owners
                 .iter()
                 .flat_map(|o| held_aliases(held, class, o))
@@ -517,6 +601,29 @@ mod tests {
     fn flags_adapter_added_after_optimizer() {
         let src = "class Adapter(nn.Module):\n    pass\n\ndef setup(lr=1e-3):\n    model = Regressor()\n    opt = torch.optim.Adam(model.parameters(), lr=lr)\n    model.adapter = Adapter(16)\n    return model, opt\n";
         assert_eq!(codes(src), vec![("GS322".into(), 6)]);
+    }
+
+    #[test]
+    fn an_optimizer_built_by_a_factory_of_the_file() {
+        // `build_optimizer(model)` returns an optimizer over what it is passed (param groups
+        // collected first, or one call); the head replaced after it is not in it.
+        let src = "import torch\nfrom torchvision.models import resnet18\n\ndef build_optimizer(net, lr, wd=0.01):\n    decay = [p for n, p in net.named_parameters() if p.dim() >= 2]\n    rest = [p for n, p in net.named_parameters() if p.dim() < 2]\n    opt = torch.optim.AdamW([{\"params\": decay, \"weight_decay\": wd}, {\"params\": rest}], lr=lr)\n    return opt\n\nmodel = resnet18()\noptimizer = build_optimizer(model, 1e-3)\nmodel.fc = torch.nn.Linear(512, 3)\n";
+        assert_eq!(codes(src), vec![("GS322".into(), 11)]);
+        let one_line = "import torch\nfrom torchvision.models import resnet18\n\ndef build_optimizer(net):\n    return torch.optim.SGD(net.parameters(), lr=0.1)\n\nmodel = resnet18()\noptimizer = build_optimizer(net=model)\nmodel.fc = torch.nn.Linear(512, 3)\n";
+        assert_eq!(codes(one_line), vec![("GS322".into(), 8)]);
+        // Built after the replacement, over another model, or a function returning no optimizer.
+        let after = src.replace(
+            "optimizer = build_optimizer(model, 1e-3)\nmodel.fc = torch.nn.Linear(512, 3)\n",
+            "model.fc = torch.nn.Linear(512, 3)\noptimizer = build_optimizer(model, 1e-3)\n",
+        );
+        assert!(codes(&after).is_empty());
+        let other = src.replace(
+            "build_optimizer(model, 1e-3)",
+            "build_optimizer(teacher, 1e-3)",
+        );
+        assert!(codes(&other).is_empty());
+        let not_one = src.replace("    return opt\n", "    return decay\n");
+        assert!(codes(&not_one).is_empty());
     }
 
     #[test]

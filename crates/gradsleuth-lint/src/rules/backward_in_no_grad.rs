@@ -57,8 +57,10 @@ impl<'a> Visitor<'a> for FindsBackward<'a, '_> {
                     return;
                 }
                 Expr::Name(n) => {
+                    // (A function decorated `@torch.enable_grad()` records whatever calls it.)
                     if let Some(f) = self.defs.get(n.id.as_str()).copied() {
-                        if self.seen.insert(n.id.as_str()) {
+                        let records = f.decorator_list.iter().any(|d| enables_grad(&d.expression));
+                        if self.seen.insert(n.id.as_str()) && !records {
                             visitor::walk_body(self, &f.body);
                         }
                     }
@@ -217,6 +219,13 @@ mod tests {
         assert!(codes(closure).is_empty());
         let handed = "import torch\n\n@torch.no_grad()\ndef backward_and_clip(loss, model):\n    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n";
         assert!(codes(handed).is_empty());
+        let adapt = LOOP
+            .replace("def train(", "@torch.enable_grad()\ndef train(")
+            .replace(
+                "    train(x, y)\n",
+                "    with torch.no_grad():\n        train(x, y)\n",
+            );
+        assert!(codes(&adapt).is_empty());
         let eval = LOOP.replace("for x, y in loader:", "@torch.no_grad()\ndef evaluate(x, y):\n    return compute_loss(model, x, y)\n\nfor x, y in loader:");
         assert!(codes(&eval).is_empty());
     }

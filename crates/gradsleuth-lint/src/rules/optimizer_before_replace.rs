@@ -45,6 +45,14 @@ pub(crate) fn factory_owners(ck: &Checker, e: &Expr) -> Option<Vec<String>> {
         return None;
     };
     let f = ck.defs.get(n.id.as_str())?;
+    let params = crate::flow::param_names(&f.parameters);
+    // (A method of the same name, called through its object, binds `self` first.)
+    if params
+        .first()
+        .is_some_and(|p| matches!(p.as_str(), "self" | "cls"))
+    {
+        return None;
+    }
     // What it returns: an optimizer call, or a name it bound to one.
     struct Returns<'a> {
         built: Vec<String>,
@@ -88,7 +96,6 @@ pub(crate) fn factory_owners(ck: &Checker, e: &Expr) -> Option<Vec<String>> {
         }
     }
     visitor::walk_body(&mut Owners(&mut inside), &f.body);
-    let params = crate::flow::param_names(&f.parameters);
     let passed = |p: &str, i: usize| {
         c.arguments
             .keywords

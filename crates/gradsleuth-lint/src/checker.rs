@@ -286,6 +286,23 @@ pub fn disables_grad(expr: &Expr) -> bool {
         )
 }
 
+/// Recording turned back on (as a block or a decorator): `torch.enable_grad()`, or
+/// `torch.set_grad_enabled(x)` / `torch.inference_mode(x)` given anything but the literal that
+/// turns it off ([`disables_grad`]).
+pub fn enables_grad(e: &Expr) -> bool {
+    let (target, call) = match e {
+        Expr::Call(c) => (dotted(&c.func), Some(c)),
+        other => (dotted(other), None),
+    };
+    target.is_some_and(|t| {
+        t.ends_with("enable_grad")
+            || (t.ends_with("set_grad_enabled") && !disables_grad(e))
+            || (t.ends_with("inference_mode")
+                && call.is_some_and(|c| !c.arguments.args.is_empty())
+                && !disables_grad(e))
+    })
+}
+
 /// What a class's methods fill with modules or parameters: each method's own (read once, with
 /// the class, and taken when the method is checked), and the `self.` attributes any of them
 /// fills (created in `__init__`, filled by an `update_layer`).

@@ -2114,7 +2114,8 @@ impl<'a, 'c> Flow<'a, 'c> {
             "edge_updater" => &["edge_update"],
             _ => return None,
         };
-        let first = self.method_of(class, hooks[0])?;
+        // (The layer must define the first hook; the library's own passes the tensors through.)
+        self.method_of(class, hooks[0])?;
         // (The positional arguments are the graph: `edge_index`, `size`.)
         self.all(c.arguments.args.iter(), fr);
         let mut kw: HashMap<String, Deps> = HashMap::new();
@@ -2126,18 +2127,11 @@ impl<'a, 'c> Flow<'a, 'c> {
         }
         let site = site_of(&c.func);
         let mut out: Option<Deps> = None;
-        for (i, hook) in hooks.iter().enumerate() {
-            let Some(f) = (if i == 0 {
-                Some(first)
-            } else {
-                self.method_of(class, hook)
-            }) else {
+        for hook in hooks {
+            let Some(f) = self.method_of(class, hook) else {
                 continue;
             };
-            let mut params = param_names(&f.parameters);
-            if !params.is_empty() && !is_staticmethod(f) {
-                params.remove(0);
-            }
+            let params = own_params(f, Some(class));
             let mut bound: HashMap<String, Deps> = HashMap::new();
             for (j, p) in params.iter().enumerate() {
                 // `aggregate(inputs, index, ...)`, `update(inputs, **kwargs)`: the previous
@@ -2203,11 +2197,7 @@ impl<'a, 'c> Flow<'a, 'c> {
         c: &'a ruff_python_ast::ExprCall,
         fr: &mut Frame,
     ) -> (Vec<String>, HashMap<String, Deps>) {
-        let mut params = param_names(&f.parameters);
-        // (A `@staticmethod` called through `self` has no `self` to skip.)
-        if class.is_some() && !params.is_empty() && !is_staticmethod(f) {
-            params.remove(0);
-        }
+        let params = own_params(f, class);
         let mut bound: HashMap<String, Deps> = HashMap::new();
         for (i, a) in c.arguments.args.iter().enumerate() {
             let d = self.expr(a, fr);
@@ -2565,6 +2555,16 @@ fn loss_parts<'a>(e: &'a Expr, out: &mut (Vec<&'a Expr>, Vec<&'a Expr>)) {
 }
 
 /// `@staticmethod` on `f`.
+/// A function's parameters as a call binds them: a method's without `self` (a `@staticmethod`
+/// called through `self` has no `self` to skip).
+fn own_params(f: &StmtFunctionDef, class: Option<&str>) -> Vec<String> {
+    let mut params = param_names(&f.parameters);
+    if class.is_some() && !params.is_empty() && !is_staticmethod(f) {
+        params.remove(0);
+    }
+    params
+}
+
 fn is_staticmethod(f: &StmtFunctionDef) -> bool {
     f.decorator_list
         .iter()

@@ -9,7 +9,7 @@ use ruff_python_ast::{Expr, Stmt, StmtFunctionDef, StmtWith};
 use ruff_text_size::Ranged;
 
 use super::Rule;
-use crate::checker::{disables_grad, dotted, Checker};
+use crate::checker::{disables_grad, enables_grad, Checker};
 
 pub const RULE: Rule = Rule { code: "GS311" };
 
@@ -27,20 +27,6 @@ impl<'a> FindsBackward<'a, '_> {
         visitor::walk_body(self, body);
         self.found
     }
-}
-
-fn enables_grad(e: &Expr) -> bool {
-    let (target, call) = match e {
-        Expr::Call(c) => (dotted(&c.func), Some(c)),
-        other => (dotted(other), None),
-    };
-    target.is_some_and(|t| {
-        t.ends_with("enable_grad")
-            || (t.ends_with("set_grad_enabled") && !disables_grad(e))
-            || (t.ends_with("inference_mode")
-                && call.is_some_and(|c| !c.arguments.args.is_empty())
-                && !disables_grad(e))
-    })
 }
 
 impl<'a> Visitor<'a> for FindsBackward<'a, '_> {

@@ -31,6 +31,10 @@ pub struct Checker<'a> {
     /// How this file names `torch.nn` (`nn` after `import torch.nn as nn` or `from torch import
     /// nn`, `torch.nn` after `import torch`), for fixes that insert `nn.ModuleList`.
     pub nn_prefix: Option<String>,
+    /// Arguments a plain class of the file only keeps, its reads of them rewritten to the names
+    /// passed (`crate::holders`), each with the class's range: handing one to it is no use of
+    /// its own where the class is in view.
+    pub inlined: Vec<(ruff_text_size::TextRange, ruff_text_size::TextRange)>,
     /// Names of classes in this file that subclass `nn.Module` (directly or not).
     module_classes: HashSet<String>,
     /// Module classes of this file that hold no parameter or submodule (a loss written as a
@@ -376,6 +380,7 @@ impl<'a> Checker<'a> {
             findings: Vec::new(),
             edits: Vec::new(),
             nn_prefix: None,
+            inlined: Vec::new(),
             module_classes: HashSet::new(),
             module_lists: Vec::new(),
             class_fills: Vec::new(),

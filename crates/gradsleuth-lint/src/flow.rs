@@ -267,6 +267,8 @@ struct Frame {
     loops: u32,
     /// The tests of the enclosing arms that end in a `return` (see [`Deps::returned`]).
     free: Vec<u64>,
+    /// The module's own code: a function it calls reads its globals as they are bound here.
+    top: bool,
 }
 
 impl Frame {
@@ -558,6 +560,9 @@ pub struct Flow<'a, 'c> {
     /// the file (`agent = Agent(envs).to(device)`): a method called on one runs that
     /// class's method on its parts (`agent.get_value(x)` runs `agent.critic`).
     var_classes: HashMap<String, String>,
+    /// Names bound (only) to an instance of a class of the file that is no module (a trainer
+    /// of the script's own), with its class.
+    plain_vars: HashMap<String, String>,
 }
 
 struct Dotted(Vec<String>);
@@ -854,6 +859,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             frozen_classes: HashSet::new(),
             called_only: HashSet::new(),
             var_classes: HashMap::new(),
+            plain_vars: HashMap::new(),
             sub_classes: HashMap::new(),
             ctor_args: HashMap::new(),
         };
@@ -890,7 +896,9 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         flow.resolve_ctor_args(module);
-        flow.var_classes = instances_of_file_classes(ck, module);
+        flow.var_classes = instances_of_file_classes(module, &|n| ck.is_module_class(n));
+        let plain = |n: &str| flow.class_defs.contains_key(n) && !ck.is_module_class(n);
+        flow.plain_vars = instances_of_file_classes(module, &plain);
         for ((_, attr), sub) in &flow.sub_classes {
             if flow.frozen_classes.contains(sub) {
                 flow.frozen.insert(format!("self.{attr}"));
@@ -913,6 +921,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             path: Ctx::default(),
             loops: 0,
             free: Vec::new(),
+            top: true,
         };
         flow.block(&module.body, &mut top);
         let functions: Vec<&'a StmtFunctionDef> = flow.functions.values().copied().collect();
@@ -941,6 +950,16 @@ impl<'a, 'c> Flow<'a, 'c> {
             None => self.module_vars.contains(id),
         };
         whole.then(|| (id.to_owned(), class.clone()))
+    }
+
+    /// `e` builds or names an instance of a class of the file that is no module: its class.
+    fn plain_instance(&self, e: &Expr) -> Option<String> {
+        match e {
+            Expr::Call(c) => dotted(&c.func)
+                .filter(|n| self.class_defs.contains_key(n) && !self.ck.is_module_class(n)),
+            Expr::Name(n) => self.plain_vars.get(n.id.as_str()).cloned(),
+            _ => None,
+        }
     }
 
     /// Every assignment of `self.{attr}` in `class` (or a base of the file) is a literal
@@ -1298,6 +1317,7 @@ impl<'a, 'c> Flow<'a, 'c> {
             path: Ctx::default(),
             loops: 0,
             free: Vec::new(),
+            top: false,
         };
         for p in param_names(&f.parameters) {
             frame
@@ -1530,8 +1550,15 @@ impl<'a, 'c> Flow<'a, 'c> {
             Expr::Subscript(s) => {
                 self.expr(&s.slice, fr);
                 if let Expr::Name(n) = s.value.as_ref() {
-                    if let Some(old) = fr.env.get_mut(n.id.as_str()) {
+                    let id = n.id.as_str();
+                    if let Some(old) = fr.env.get_mut(id) {
                         old.union(d);
+                    } else if !fr.top {
+                        // A global written in place inside a function (`bank[idx] = emb`): it
+                        // holds what was written for the rest of the function.
+                        let mut old = self.expr(&s.value, fr);
+                        old.union(d);
+                        fr.bind(id, old);
                     }
                 }
             }
@@ -1914,6 +1941,14 @@ impl<'a, 'c> Flow<'a, 'c> {
                     return self.apply(m, Some(&class), c, fr).rebased(&owner);
                 }
             }
+            // A method of a plain class of the file (a trainer of the script's own) called on
+            // an instance (`Trainer(model, opt).fit()`, `trainer.fit()`): run with this call.
+            if let Some(class) = self.plain_instance(&a.value) {
+                if let Some(m) = self.method_of(&class, attr) {
+                    self.expr(&a.value, fr);
+                    return self.apply(m, Some(&class), c, fr);
+                }
+            }
             if let (Expr::Name(n), Some(class)) = (a.value.as_ref(), fr.class.clone()) {
                 if n.id.as_str() == "self" {
                     if let Some(m) = self.methods.get(&(class.clone(), attr.to_owned())).copied() {
@@ -2229,12 +2264,23 @@ impl<'a, 'c> Flow<'a, 'c> {
         // holds the caller's path, what it reads itself gets it here.
         let summary = summary.at_call(site, fr.loops > 0);
         let mut out = Deps::default();
+        // What a source of the summary stands for at this call: a parameter, what the call
+        // binds to it; called from the module's own code, a global (`model`), what the module
+        // holds now (built under `inference_mode`, say).
+        let resolve = |s: &str| -> Option<(Option<&Deps>, Option<String>)> {
+            if let Some((p, part)) = of_param(s, &params) {
+                return Some((bound.get(p), part.map(str::to_owned)));
+            }
+            let (root, part) = s.split_once('.').map_or((s, None), |(r, p)| (r, Some(p)));
+            let global = fr.env.get(root).filter(|_| fr.top)?;
+            Some((Some(global), part.map(str::to_owned)))
+        };
         for (s, ctx) in summary.live {
-            match of_param(&s, &params) {
-                Some((p, part)) => {
-                    if let Some(d) = bound.get(p) {
+            match resolve(&s) {
+                Some((d, part)) => {
+                    if let Some(d) = d {
                         for c in ctx.iter() {
-                            out.union(d.clone().part(part).constrain(c));
+                            out.union(d.clone().part(part.as_deref()).constrain(c));
                         }
                     }
                 }
@@ -2246,10 +2292,10 @@ impl<'a, 'c> Flow<'a, 'c> {
             }
         }
         for (s, cuts) in summary.cut {
-            match of_param(&s, &params) {
-                Some((p, part)) => {
-                    if let Some(d) = bound.get(p) {
-                        out.union(d.clone().part(part).cut_by(&cuts));
+            match resolve(&s) {
+                Some((d, part)) => {
+                    if let Some(d) = d {
+                        out.union(d.clone().part(part.as_deref()).cut_by(&cuts));
                     }
                 }
                 None => {
@@ -2298,23 +2344,26 @@ fn is_literal(e: &Expr) -> bool {
 
 /// Names the file binds, every time, to an instance of the same module class of the file
 /// (`agent = Agent(envs).to(device)`, a device move or a mode switch after the call).
-fn instances_of_file_classes(ck: &Checker, module: &ModModule) -> HashMap<String, String> {
-    fn built(ck: &Checker, e: &Expr) -> Option<String> {
+fn instances_of_file_classes(
+    module: &ModModule,
+    is_class: &dyn Fn(&str) -> bool,
+) -> HashMap<String, String> {
+    fn built(is_class: &dyn Fn(&str) -> bool, e: &Expr) -> Option<String> {
         let Expr::Call(c) = e else { return None };
         if let Expr::Attribute(a) = c.func.as_ref() {
             if matches!(
                 a.attr.id.as_str(),
                 "to" | "cuda" | "cpu" | "float" | "double" | "half" | "bfloat16" | "train" | "eval"
             ) {
-                if let Some(b) = built(ck, &a.value) {
+                if let Some(b) = built(is_class, &a.value) {
                     return Some(b);
                 }
             }
         }
-        dotted(&c.func).filter(|n| ck.is_module_class(n))
+        dotted(&c.func).filter(|n| is_class(n))
     }
-    struct Binds<'c, 'a>(&'c Checker<'a>, HashMap<String, Option<String>>);
-    impl<'a> Visitor<'a> for Binds<'_, '_> {
+    struct Binds<'c>(&'c dyn Fn(&str) -> bool, HashMap<String, Option<String>>);
+    impl<'a> Visitor<'a> for Binds<'_> {
         fn visit_stmt(&mut self, s: &'a Stmt) {
             let (targets, value) = crate::checker::bound_by(s);
             for t in targets {
@@ -2334,7 +2383,7 @@ fn instances_of_file_classes(ck: &Checker, module: &ModModule) -> HashMap<String
             visitor::walk_stmt(self, s);
         }
     }
-    let mut b = Binds(ck, HashMap::new());
+    let mut b = Binds(is_class, HashMap::new());
     for s in &module.body {
         b.visit_stmt(s);
     }

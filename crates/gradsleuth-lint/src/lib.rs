@@ -15,6 +15,7 @@ pub use xref::cross_reference;
 pub mod checker;
 pub mod config;
 pub mod flow;
+pub mod holders;
 pub mod path;
 pub mod rules;
 pub mod selector;
@@ -119,7 +120,9 @@ pub fn lint_source_with(path: &str, source: &str, config: &LintConfig) -> Result
         ruff_python_parser::parse_module(source).map_err(|e| format!("syntax error: {e}"))?;
     let mut module = parsed.into_syntax();
     spelling::respell(&mut module);
+    let inlined = holders::inline_kept(&mut module);
     let mut checker = checker::Checker::new(path, source);
+    checker.inlined = inlined;
     checker.check_module(&module);
     let lines: Vec<&str> = source.lines().collect();
     let keep = |code: &str, category: &str, line: u32| {

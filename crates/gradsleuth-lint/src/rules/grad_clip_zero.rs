@@ -71,6 +71,9 @@ struct Values<'a> {
     params: Vec<(String, String, usize)>,
     /// Calls of a plain name, by name.
     calls: HashMap<String, Vec<&'a ruff_python_ast::ExprCall>>,
+    /// The enclosing classes: an `__init__`'s parameters are what the class's constructions
+    /// pass (`Trainer(model, opt, max_norm)`).
+    classes: Vec<String>,
 }
 
 impl Values<'_> {
@@ -149,6 +152,12 @@ impl<'a> Visitor<'a> for Values<'a> {
                     self.names.insert(n.id.to_string(), false);
                 }
             }
+            Stmt::ClassDef(c) => {
+                self.classes.push(c.name.id.to_string());
+                visitor::walk_stmt(self, s);
+                self.classes.pop();
+                return;
+            }
             Stmt::FunctionDef(f) => {
                 let p = &f.parameters;
                 let positional = p.posonlyargs.len() + p.args.len();
@@ -158,6 +167,11 @@ impl<'a> Visitor<'a> for Values<'a> {
                     .chain(&p.args)
                     .next()
                     .is_some_and(|a| matches!(a.parameter.name.id.as_str(), "self" | "cls"));
+                // A constructor's parameters (after `self`) are what `Class(...)` passes.
+                let init = match self.classes.last() {
+                    Some(c) if method && f.name.id.as_str() == "__init__" => Some(c.clone()),
+                    _ => None,
+                };
                 for (i, a) in p
                     .posonlyargs
                     .iter()
@@ -166,14 +180,19 @@ impl<'a> Visitor<'a> for Values<'a> {
                     .enumerate()
                 {
                     let name = a.parameter.name.id.as_str();
-                    match &a.default {
-                        Some(d) => Self::see(&mut self.names, name, d),
-                        None if !method => self.params.push((
+                    let at = |i: usize| if i < positional { i } else { usize::MAX };
+                    match (&a.default, &init) {
+                        (Some(d), _) => Self::see(&mut self.names, name, d),
+                        (None, Some(class)) if i > 0 => self.params.push((
                             name.to_owned(),
-                            f.name.id.to_string(),
-                            if i < positional { i } else { usize::MAX },
+                            class.clone(),
+                            at(i).saturating_sub(1),
                         )),
-                        None => {
+                        (None, _) if !method => {
+                            self.params
+                                .push((name.to_owned(), f.name.id.to_string(), at(i)))
+                        }
+                        (None, _) => {
                             self.names.insert(name.to_owned(), false);
                         }
                     }

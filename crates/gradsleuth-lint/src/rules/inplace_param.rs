@@ -67,8 +67,16 @@ impl<'a> Visitor<'a> for CalledUnderNoGrad {
     }
     fn visit_expr(&mut self, e: &'a Expr) {
         if let Expr::Call(c) = e {
-            for callee in std::iter::once(c.func.as_ref()).chain(c.arguments.args.iter()) {
-                if let Some(n) = dotted(callee) {
+            for (i, callee) in std::iter::once(c.func.as_ref())
+                .chain(c.arguments.args.iter())
+                .enumerate()
+            {
+                // A method called on whatever it is called on (`Trainer(...).fit()`).
+                let method = match callee {
+                    Expr::Attribute(a) if i == 0 => Some(a.attr.id.to_string()),
+                    _ => None,
+                };
+                if let Some(n) = method.or_else(|| dotted(callee)) {
                     let name = n.rsplit('.').next().unwrap_or(&n).to_owned();
                     if self.depth > 0 {
                         self.names.insert(name);

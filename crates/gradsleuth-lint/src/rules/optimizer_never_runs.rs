@@ -4,17 +4,29 @@
 //! with parameters of its own), so the optimizer steps parameters that never get a gradient.
 //!
 //! Quiet as soon as the name is used in any other way than `.parameters()`-like methods,
-//! mode switches and moves (`.train()`, `.to(device)`) and being copied: called, passed to a
-//! function or a constructor (`DDP(model)`, `Trainer(model=model)`), stored, returned.
+//! mode switches and moves as statements of their own (`model.train()`, `model.to(device)`;
+//! `net = model.to(device)` hands it on) and being copied: called, passed to a function or a
+//! constructor (`DDP(model)`, `Trainer(model=model)`), stored, returned. A function whose
+//! parameter has the name reads its own, not the module's.
+//!
+//! Scopes: the module's names against the whole file; a function's own names against its
+//! body; an optimizer a function builds over a global (`def train(): opt =
+//! SGD(student.parameters())`), or over a parameter every call passes the same module for
+//! (`train(student)`), against that module's uses in the whole file (the calls' arguments
+//! aside); the methods that call `backward()` of a plain class of the file (a trainer of the
+//! script's own) like functions. A model such a trainer only keeps (`crate::holders`) is no use
+//! of it where its methods are in view.
 
 use std::collections::HashMap;
 
 use ruff_python_ast::visitor::{self, Visitor};
-use ruff_python_ast::{Expr, ExprCall, ModModule, Stmt};
+use ruff_python_ast::{Expr, ExprCall, ModModule, Stmt, StmtFunctionDef};
+use ruff_text_size::{Ranged, TextRange};
 
 use super::optimizer_before_replace::{flatten, is_optimizer_call, parameter_owners};
 use super::Rule;
 use crate::checker::{call_name, dotted, Checker};
+use crate::flow::param_names;
 
 pub const RULE: Rule = Rule { code: "GS331" };
 
@@ -41,16 +53,41 @@ const INERT: &[&str] = &[
 #[derive(Default)]
 struct Uses<'n> {
     name: &'n str,
+    /// Expressions not looked into.
+    skip: &'n [TextRange],
     /// Used in a way that may run it (called, passed on, stored, returned).
     live: bool,
     /// `copy.deepcopy(name)`.
     copied: bool,
 }
 
+/// Inert methods that return the module itself: `net = model.to(device)` hands it on.
+const RETURN_IT: &[&str] = &[
+    "train",
+    "eval",
+    "to",
+    "cuda",
+    "cpu",
+    "float",
+    "half",
+    "double",
+    "bfloat16",
+    "requires_grad_",
+    "share_memory",
+];
+
 impl<'a> Visitor<'a> for Uses<'_> {
     fn visit_expr(&mut self, e: &'a Expr) {
+        if self.skip.contains(&e.range()) {
+            return;
+        }
         match e {
             Expr::Call(c) if self.inert(c) => {
+                // (A statement of its own is handled in `visit_stmt`.)
+                if matches!(c.func.as_ref(), Expr::Attribute(a) if RETURN_IT.contains(&a.attr.id.as_str()))
+                {
+                    self.live = true;
+                }
                 for a in &c.arguments.args {
                     self.visit_expr(a);
                 }
@@ -70,7 +107,37 @@ impl<'a> Visitor<'a> for Uses<'_> {
     }
 
     fn visit_stmt(&mut self, s: &'a Stmt) {
-        // `del name` and `global name` neither run nor hand on.
+        // `del name` and `global name` neither run nor hand on; a function whose parameter
+        // has the name reads its own (a constructor's `def __init__(self, model)`).
+        if let Stmt::FunctionDef(f) = s {
+            if param_names(&f.parameters).iter().any(|p| p == self.name) {
+                // (Its defaults and decorators are read where it is defined: `model=model`.)
+                for d in &f.decorator_list {
+                    self.visit_expr(&d.expression);
+                }
+                let p = &f.parameters;
+                for a in p.posonlyargs.iter().chain(&p.args).chain(&p.kwonlyargs) {
+                    if let Some(d) = &a.default {
+                        self.visit_expr(d);
+                    }
+                }
+                return;
+            }
+        }
+        // `model.train()`, `model.to(device)` as statements: its value is not used.
+        if let Stmt::Expr(x) = s {
+            if let Expr::Call(c) = x.value.as_ref() {
+                if self.inert(c) {
+                    for a in &c.arguments.args {
+                        self.visit_expr(a);
+                    }
+                    for k in &c.arguments.keywords {
+                        self.visit_expr(&k.value);
+                    }
+                    return;
+                }
+            }
+        }
         if !matches!(s, Stmt::Delete(_) | Stmt::Global(_)) {
             visitor::walk_stmt(self, s);
         }
@@ -118,6 +185,11 @@ fn optimizer_calls<'a>(stmts: &[&'a Stmt]) -> Vec<&'a ExprCall> {
 
 /// The file calls `backward()` somewhere (a training script, not a library of models).
 fn trains(module: &ModModule) -> bool {
+    calls_backward(&module.body)
+}
+
+/// `backward()` is called somewhere in `body`.
+fn calls_backward(body: &[Stmt]) -> bool {
     struct V(bool);
     impl<'a> Visitor<'a> for V {
         fn visit_expr(&mut self, e: &'a Expr) {
@@ -132,16 +204,14 @@ fn trains(module: &ModModule) -> bool {
         }
     }
     let mut v = V(false);
-    v.visit_body(&module.body);
+    v.visit_body(body);
     v.0
 }
 
-fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
-    let mut stmts = Vec::new();
-    flatten(body, &mut stmts);
-    // Names bound in this scope, and how often; those bound once to a module construction.
+/// Names a scope binds, with how often, and whether once to a module construction.
+fn bindings<'a>(ck: &Checker, stmts: &[&'a Stmt]) -> HashMap<&'a str, (usize, bool)> {
     let mut bound: HashMap<&str, (usize, bool)> = HashMap::new();
-    for s in &stmts {
+    for s in stmts {
         let targets: Vec<&Expr> = match s {
             Stmt::Assign(a) => a.targets.iter().collect(),
             Stmt::AnnAssign(a) => vec![a.target.as_ref()],
@@ -169,6 +239,40 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
             }
         }
     }
+    bound
+}
+
+/// A function's scope seen from the module: the module's names, its body, and the function.
+struct Outer<'m, 'a> {
+    bound: &'m HashMap<&'a str, (usize, bool)>,
+    body: &'a [Stmt],
+    function: &'a StmtFunctionDef,
+}
+
+/// How the module uses `name`, leaving out the arguments at `skip` (a call's argument that
+/// binds a parameter, followed inside the function instead).
+fn module_uses(ck: &Checker, name: &str, body: &[Stmt], skip: &[TextRange]) -> (bool, bool) {
+    // (An argument a class only keeps, where the search covers the class's methods.)
+    let kept = ck.inlined.iter().filter_map(|(arg, class)| {
+        body.iter()
+            .any(|s| s.range().contains_range(*class))
+            .then_some(arg)
+    });
+    let skip: Vec<TextRange> = skip.iter().chain(kept).copied().collect();
+    let mut uses = Uses {
+        name,
+        skip: &skip,
+        ..Uses::default()
+    };
+    uses.visit_body(body);
+    (uses.live, uses.copied)
+}
+
+fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt], outer: Option<&Outer>) {
+    let mut stmts = Vec::new();
+    flatten(body, &mut stmts);
+    let bound = bindings(ck, &stmts);
+    let params: Vec<String> = outer.map_or_else(Vec::new, |o| param_names(&o.function.parameters));
     for call in optimizer_calls(&stmts) {
         let mut owners = Vec::new();
         for a in &call.arguments.args {
@@ -178,21 +282,38 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
             parameter_owners(&k.value, &mut owners);
         }
         for owner in owners {
-            if bound.get(owner.as_str()) != Some(&(1, true)) {
+            let (live, copied) = if bound.get(owner.as_str()) == Some(&(1, true)) {
+                module_uses(ck, &owner, search, &[])
+            } else if let Some(o) = outer.filter(|_| !bound.contains_key(owner.as_str())) {
+                match params.iter().position(|p| *p == owner) {
+                    // A global of the module (`student`, built at the top, used in `train()`).
+                    None if o.bound.get(owner.as_str()) == Some(&(1, true)) => {
+                        module_uses(ck, &owner, o.body, &[])
+                    }
+                    None => continue,
+                    // A parameter: what every call of the function passes, one module name.
+                    Some(i) => {
+                        let Some((name, args)) = passed_everywhere(o, &owner, i) else {
+                            continue;
+                        };
+                        if o.bound.get(name.as_str()) != Some(&(1, true)) {
+                            continue;
+                        }
+                        let (live, copied) = module_uses(ck, &name, o.body, &args);
+                        let (inside, _) = module_uses(ck, &owner, search, &[]);
+                        (live || inside, copied)
+                    }
+                }
+            } else {
                 continue;
-            }
-            let mut uses = Uses {
-                name: &owner,
-                ..Uses::default()
             };
-            uses.visit_body(search);
-            if uses.live {
+            if live {
                 continue;
             }
             let opt = dotted(&call.func)
                 .map(|n| n.rsplit('.').next().unwrap_or(&n).to_owned())
                 .unwrap_or_else(|| "the optimizer".into());
-            let how = if uses.copied {
+            let how = if copied {
                 format!(
                     "the script trains `copy.deepcopy({owner})`, a copy with parameters of its own"
                 )
@@ -209,19 +330,78 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt]) {
     }
 }
 
+/// The one plain name every call of `o.function` in the module passes for its parameter
+/// `param` (at `index`), with those arguments' ranges; `None` when a call passes anything else
+/// or the function is never called by name.
+fn passed_everywhere(o: &Outer, param: &str, index: usize) -> Option<(String, Vec<TextRange>)> {
+    struct Calls<'a>(&'a str, Vec<&'a ExprCall>);
+    impl<'a> Visitor<'a> for Calls<'a> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                if matches!(c.func.as_ref(), Expr::Name(n) if n.id.as_str() == self.0) {
+                    self.1.push(c);
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut calls = Calls(o.function.name.id.as_str(), Vec::new());
+    calls.visit_body(o.body);
+    let mut name: Option<String> = None;
+    let mut args = Vec::new();
+    for c in &calls.1 {
+        let arg = c
+            .arguments
+            .keywords
+            .iter()
+            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == param))
+            .map(|k| &k.value)
+            .or_else(|| c.arguments.args.get(index))?;
+        let Expr::Name(n) = arg else { return None };
+        if name.as_deref().is_some_and(|m| m != n.id.as_str()) {
+            return None;
+        }
+        name = Some(n.id.to_string());
+        args.push(arg.range());
+    }
+    name.map(|n| (n, args))
+}
+
 pub fn check(ck: &mut Checker, module: &ModModule) {
     if !trains(module) {
         return;
     }
     // Module level: its names are globals, used anywhere in the file.
-    check_scope(ck, &module.body, &module.body);
-    for s in &module.body {
-        if let Stmt::FunctionDef(f) = s {
+    check_scope(ck, &module.body, &module.body, None);
+    let mut stmts = Vec::new();
+    flatten(&module.body, &mut stmts);
+    let globals = bindings(ck, &stmts);
+    // The module's functions, and the methods that train of its plain classes (a trainer of
+    // the script's own; not a test case's methods, nor a module's).
+    let functions = module.body.iter().flat_map(|s| match s {
+        Stmt::FunctionDef(f) => vec![f],
+        Stmt::ClassDef(c) if c.arguments.as_ref().is_none_or(|a| a.args.is_empty()) => c
+            .body
+            .iter()
+            .filter_map(|m| match m {
+                Stmt::FunctionDef(f) if calls_backward(&f.body) => Some(f),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    });
+    for f in functions {
+        {
             // A function's own names (a `global` one is the module's, and counted there).
-            let globals = f.body.iter().any(|s| matches!(s, Stmt::Global(_)));
-            if !globals {
-                check_scope(ck, &f.body, &f.body);
+            if f.body.iter().any(|s| matches!(s, Stmt::Global(_))) {
+                continue;
             }
+            let outer = Outer {
+                bound: &globals,
+                body: &module.body,
+                function: f,
+            };
+            check_scope(ck, &f.body, &f.body, Some(&outer));
         }
     }
 }
@@ -245,6 +425,28 @@ mod tests {
     }
 
     #[test]
+    fn a_function_builds_the_optimizer_over_a_module_of_the_script() {
+        // Mean teacher: the loss runs the EMA copy; the optimizer, built in `train()`, holds
+        // the student, a global, or the student passed in.
+        let head = "import copy\nimport torch\nimport torch.nn as nn\nstudent = nn.Linear(6, 2)\nema = copy.deepcopy(student)\n";
+        let loop_ = "    for x, y in data:\n        loss = nn.functional.cross_entropy(ema(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n";
+        let global = format!("{head}def train():\n    opt = torch.optim.Adam(student.parameters())\n{loop_}train()\n");
+        assert_eq!(codes(&global), vec![("GS331".into(), 7)]);
+        let param = format!("{head}def train(model):\n    opt = torch.optim.Adam(model.parameters())\n{loop_}train(student)\n");
+        assert_eq!(codes(&param), vec![("GS331".into(), 7)]);
+        // The student runs: in the function, or handed on elsewhere, or the calls disagree.
+        for src in [
+            global.replace("ema(x)", "student(x)"),
+            param.replace("ema(x)", "model(x)"),
+            format!("{global}evaluate(student)\n"),
+            format!("{param}train(ema)\n"),
+            format!("{global}def probe(student=student):\n    return student\n"),
+        ] {
+            assert!(codes(&src).is_empty(), "{src}");
+        }
+    }
+
+    #[test]
     fn a_module_that_runs_or_is_handed_on_is_fine() {
         let base = "import torch\nimport torch.nn as nn\nmodel = nn.Linear(6, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n";
         for tail in [
@@ -254,6 +456,8 @@ mod tests {
             // handed on: wrapped, passed to a trainer, put in a container
             "net = torch.nn.parallel.DistributedDataParallel(model)\nnet(x).sum().backward()\n",
             "train(model, opt)\nloss.backward()\n",
+            "train(model.to(device), opt)\nloss.backward()\n",
+            "net = model.cuda()\nnet(x).sum().backward()\n",
             "models = [model]\nloss.backward()\n",
             // reassigned: another rule's (the optimizer holds the old one)
             "model = nn.Linear(6, 3)\nmodel(x).sum().backward()\n",

@@ -14,16 +14,22 @@
 //! file never runs as a model), nor a value assigned under `no_grad`. Tensor metadata
 //! (`x.device`, `x.size(0)`) reads nothing; `t.to(device=x.device)` reads `t` only; a
 //! comprehension's own loop variables are not the names outside it.
+//!
+//! A value made before the loop is looked for in the block the loop is in, and through calls:
+//! a statement calling a function of the file (or a method of a plain class of the file on an
+//! instance, `Trainer(...).fit()`) runs that function's loops on the block's globals and on
+//! what the call passes by name. The object a backward is called on with the loss passed
+//! (`accelerator.backward(loss)`) is read only where the loop assigns it.
 
 use std::collections::{HashMap, HashSet};
 
 use ruff_python_ast::visitor::{self, Visitor};
-use ruff_python_ast::{Expr, ExprContext, Stmt};
+use ruff_python_ast::{Expr, ExprContext, Stmt, StmtClassDef, StmtFunctionDef};
 use ruff_text_size::{Ranged, TextRange};
 
 use super::Rule;
 use crate::checker::Checker;
-use crate::flow::{LIKE_METHODS, SHAPE_ATTRS, SHAPE_METHODS};
+use crate::flow::{param_names, LIKE_METHODS, SHAPE_ATTRS, SHAPE_METHODS};
 
 pub const RULE: Rule = Rule { code: "GS324" };
 
@@ -80,6 +86,8 @@ struct Step {
     /// whether it takes no argument).
     value_call: Option<(Option<String>, String, bool)>,
     backward: Vec<String>,
+    /// See [`Reads::backward_object`].
+    backward_object: Vec<String>,
 }
 
 #[derive(Default)]
@@ -89,6 +97,10 @@ struct Reads {
     /// What each call that can carry a graph calls.
     receivers: Vec<Callee>,
     backward: Vec<String>,
+    /// The plain name a backward is called on with the loss passed to it: a framework's object
+    /// (`accelerator.backward(loss)`), or the loss given a gradient (`loss.backward(g)`). The
+    /// slice reads it only where the loop assigns it (the loss).
+    backward_object: Vec<String>,
 }
 
 /// What a call calls, as far as its graph goes.
@@ -159,7 +171,10 @@ impl<'a> Visitor<'a> for Reads {
                         // it (`accelerator.backward(loss)`, `fabric.backward(loss)`,
                         // `self.manual_backward(loss)`, DeepSpeed's `engine.backward(loss)`).
                         let mut r = Reads::default();
-                        r.visit_expr(&a.value);
+                        match (a.value.as_ref(), c.arguments.args.first()) {
+                            (Expr::Name(n), Some(_)) => self.backward_object.push(n.id.to_string()),
+                            _ => r.visit_expr(&a.value),
+                        }
                         if let Some(first) = c.arguments.args.first() {
                             r.visit_expr(first);
                         }
@@ -239,6 +254,7 @@ impl Reads {
         self.calls |= inner.calls;
         self.receivers.extend(inner.receivers);
         self.backward.extend(inner.backward);
+        self.backward_object.extend(inner.backward_object);
     }
 }
 
@@ -284,6 +300,7 @@ fn step(range: TextRange, value: Option<&Expr>, writes: Vec<String>, aug: bool) 
         calls: r.calls,
         receivers: r.receivers,
         backward: r.backward,
+        backward_object: r.backward_object,
     }
 }
 
@@ -383,6 +400,13 @@ fn slice(
     for &b in backwards {
         let mut todo: Vec<(String, usize)> =
             steps[b].backward.iter().map(|n| (n.clone(), b)).collect();
+        todo.extend(
+            steps[b]
+                .backward_object
+                .iter()
+                .filter(|n| defs(n, b).is_some())
+                .map(|n| (n.clone(), b)),
+        );
         let mut seen: HashSet<(String, usize)> = HashSet::new();
         while let Some((name, at)) = todo.pop() {
             if !seen.insert((name.clone(), at)) {
@@ -468,7 +492,7 @@ fn loop_steps(ck: &Checker, body: &[Stmt]) -> Option<(Vec<Step>, Vec<usize>)> {
     flatten(body, &mut steps);
     settle_calls(ck, &mut steps);
     let backwards: Vec<usize> = (0..steps.len())
-        .filter(|&i| !steps[i].backward.is_empty())
+        .filter(|&i| !steps[i].backward.is_empty() || !steps[i].backward_object.is_empty())
         .collect();
     (!backwards.is_empty()).then_some((steps, backwards))
 }
@@ -572,6 +596,11 @@ fn report(
 /// Loops of a block whose loss reads a value computed *before* the loop with a model's graph
 /// (`prototypes = encoder(support)` then `loss(encoder(q), prototypes)` in every step): the
 /// second iteration's backward goes through the graph the first one freed.
+///
+/// A statement that calls a function of the file (`train(encoder, opt, prototypes)`, `train()`,
+/// `Trainer(...).fit()`) runs that function's loops: a name such a loop reads that the function
+/// neither assigns before it nor binds at all is the global the block holds, a parameter is
+/// what the call passes (a plain name), each as the block last assigned it before the call.
 pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
     // The block flattened once; `seen` steps precede the statement at hand.
     let mut before: Vec<Step> = Vec::new();
@@ -579,47 +608,207 @@ pub fn check_block(ck: &mut Checker, block: &[Stmt]) {
         let seen = before.len();
         flatten(std::slice::from_ref(stmt), &mut before);
         settle_calls(ck, &mut before[seen..]);
-        let (targets, body) = match stmt {
-            Stmt::For(f) => (loop_targets(&f.target), &f.body),
-            Stmt::While(w) => (Vec::new(), &w.body),
-            _ => continue,
-        };
-        let Some((steps, backwards)) = loop_steps(ck, body) else {
-            continue;
-        };
-        let (entering, _) = slice(&steps, &backwards, &targets);
-        let mut found: Vec<(String, usize, usize)> = entering
-            .into_iter()
-            .filter(|(name, _)| last_def(&steps, name, steps.len()).is_none())
-            .filter(|(name, _)| !is_module_like(ck, name))
-            .filter_map(|(name, read)| {
-                let d = last_def(&before, &name, seen)?;
-                (before[d].calls
-                    && !before[d].cut
-                    && !before[d].construct
-                    && !returns_object(ck, &before[d]))
-                .then_some((name, d, read))
-            })
-            .collect();
-        // A frozen model's output has no graph; lint cannot tell which model was frozen.
-        // (Read only here: a file has many blocks, few loops that qualify.)
-        if found.is_empty()
-            || ck.source.contains("requires_grad_(False)")
-            || ck.source.contains("requires_grad = False")
-        {
+        if let Some((targets, body)) = a_loop(stmt) {
+            let outside = |ck: &Checker, name: &str| made_with_graph(ck, &before, name, seen);
+            loop_after(ck, &targets, body, &outside);
             continue;
         }
-        found.sort_by_key(|(_, d, _)| *d);
-        for (name, d, read) in found {
-            report(
-                ck,
-                &name,
-                before[d].range,
-                (&steps, &backwards, read),
-                Kind::BeforeLoop,
-            );
+        for (f, call) in called_functions(ck, block, stmt) {
+            let params = param_names(&f.parameters);
+            let method = matches!(call.func.as_ref(), Expr::Attribute(_));
+            let params: Vec<String> = params.into_iter().skip(usize::from(method)).collect();
+            let bound = bound_names(f);
+            let mut inner: Vec<Step> = Vec::new();
+            for s in &f.body {
+                let at = inner.len();
+                flatten(std::slice::from_ref(s), &mut inner);
+                settle_calls(ck, &mut inner[at..]);
+                let Some((targets, body)) = a_loop(s) else {
+                    continue;
+                };
+                let outside = |ck: &Checker, name: &str| {
+                    // (Assigned in the function before the loop: its own check reads it.)
+                    if last_def(&inner, name, at).is_some() {
+                        return None;
+                    }
+                    let outer = match params.iter().position(|p| p == name) {
+                        Some(i) => passed(call, name, i)?,
+                        None if !bound.contains(name) => name.to_owned(),
+                        None => return None,
+                    };
+                    made_with_graph(ck, &before, &outer, seen)
+                };
+                loop_after(ck, &targets, body, &outside);
+            }
         }
     }
+}
+
+/// A `for` or `while` statement: its targets and body.
+fn a_loop(stmt: &Stmt) -> Option<(Vec<String>, &[Stmt])> {
+    match stmt {
+        Stmt::For(f) => Some((loop_targets(&f.target), &f.body)),
+        Stmt::While(w) => Some((Vec::new(), &w.body)),
+        _ => None,
+    }
+}
+
+/// Where `steps` (before `seen`) last assign `name` a value that carries a model's graph.
+fn made_with_graph(ck: &Checker, steps: &[Step], name: &str, seen: usize) -> Option<TextRange> {
+    let d = last_def(steps, name, seen)?;
+    let st = &steps[d];
+    (st.calls && !st.cut && !st.construct && !returns_object(ck, st)).then_some(st.range)
+}
+
+/// One loop: the names its loss reads before its body assigns them, each made with a graph
+/// where `outside` says (before the loop).
+fn loop_after(
+    ck: &mut Checker,
+    targets: &[String],
+    body: &[Stmt],
+    outside: &dyn Fn(&Checker, &str) -> Option<TextRange>,
+) {
+    let Some((steps, backwards)) = loop_steps(ck, body) else {
+        return;
+    };
+    let (entering, _) = slice(&steps, &backwards, targets);
+    let mut found: Vec<(String, TextRange, usize)> = entering
+        .into_iter()
+        .filter(|(name, _)| last_def(&steps, name, steps.len()).is_none())
+        .filter(|(name, _)| !is_module_like(ck, name))
+        .filter_map(|(name, read)| outside(ck, &name).map(|r| (name, r, read)))
+        .collect();
+    // A frozen model's output has no graph; lint cannot tell which model was frozen.
+    // (Read only here: a file has many blocks, few loops that qualify.)
+    if found.is_empty()
+        || ck.source.contains("requires_grad_(False)")
+        || ck.source.contains("requires_grad = False")
+    {
+        return;
+    }
+    found.sort_by_key(|(_, r, _)| r.start());
+    for (name, cause, read) in found {
+        report(
+            ck,
+            &name,
+            cause,
+            (&steps, &backwards, read),
+            Kind::BeforeLoop,
+        );
+    }
+}
+
+/// The plain name a call passes for parameter `name` (at `index` among the positional ones).
+fn passed(call: &ruff_python_ast::ExprCall, name: &str, index: usize) -> Option<String> {
+    let arg = call
+        .arguments
+        .keywords
+        .iter()
+        .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == name))
+        .map(|k| &k.value)
+        .or_else(|| call.arguments.args.get(index))?;
+    match arg {
+        Expr::Name(n) => Some(n.id.to_string()),
+        _ => None,
+    }
+}
+
+/// Every name a function binds: its parameters and every name it assigns.
+fn bound_names(f: &StmtFunctionDef) -> HashSet<String> {
+    let mut out: HashSet<String> = param_names(&f.parameters).into_iter().collect();
+    struct Stores<'o>(&'o mut HashSet<String>);
+    impl<'a> Visitor<'a> for Stores<'_> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Name(n) = e {
+                if n.ctx != ExprContext::Load {
+                    self.0.insert(n.id.to_string());
+                }
+            }
+            visitor::walk_expr(self, e);
+        }
+    }
+    let mut v = Stores(&mut out);
+    for s in &f.body {
+        v.visit_stmt(s);
+    }
+    out
+}
+
+/// The functions of the file a statement calls, with the call: plain functions by name, and a
+/// method called on an instance of a class of the block (`Trainer(...).fit()`, `t.fit()` after
+/// `t = Trainer(...)`). Not into a definition.
+fn called_functions<'a>(
+    ck: &Checker<'a>,
+    block: &'a [Stmt],
+    stmt: &'a Stmt,
+) -> Vec<(&'a StmtFunctionDef, &'a ruff_python_ast::ExprCall)> {
+    if matches!(stmt, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
+        return Vec::new();
+    }
+    let class_of = |e: &Expr| -> Option<&'a StmtClassDef> {
+        let name = match e {
+            Expr::Call(c) => crate::checker::dotted(&c.func)?,
+            Expr::Name(n) => {
+                // Bound in the block to one construction.
+                let mut built = block.iter().filter_map(|s| match s {
+                    Stmt::Assign(a)
+                        if a.targets.len() == 1
+                            && matches!(&a.targets[0], Expr::Name(t) if t.id == n.id) =>
+                    {
+                        match a.value.as_ref() {
+                            Expr::Call(c) => crate::checker::dotted(&c.func),
+                            _ => Some(String::new()),
+                        }
+                    }
+                    _ => None,
+                });
+                let first = built.next()?;
+                built.all(|b| b == first).then_some(first)?
+            }
+            _ => return None,
+        };
+        block.iter().find_map(|s| match s {
+            Stmt::ClassDef(c) if c.name.id.as_str() == name => Some(c),
+            _ => None,
+        })
+    };
+    struct Calls<'a>(Vec<&'a ruff_python_ast::ExprCall>);
+    impl<'a> Visitor<'a> for Calls<'a> {
+        fn visit_expr(&mut self, e: &'a Expr) {
+            if let Expr::Call(c) = e {
+                self.0.push(c);
+            }
+            if !matches!(e, Expr::Lambda(_)) {
+                visitor::walk_expr(self, e);
+            }
+        }
+    }
+    let mut calls = Calls(Vec::new());
+    calls.visit_stmt(stmt);
+    calls
+        .0
+        .into_iter()
+        .filter_map(|c| match c.func.as_ref() {
+            // (Not a method of the same name: `ck.defs` holds every definition.)
+            Expr::Name(n) => ck
+                .defs
+                .get(n.id.as_str())
+                .filter(|f| {
+                    !param_names(&f.parameters)
+                        .first()
+                        .is_some_and(|p| p == "self" || p == "cls")
+                })
+                .map(|f| (*f, c)),
+            Expr::Attribute(a) => {
+                let class = class_of(&a.value)?;
+                class.body.iter().find_map(|s| match s {
+                    Stmt::FunctionDef(f) if f.name.id == a.attr.id => Some((f, c)),
+                    _ => None,
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A value made by a call that returns a model or a handle, not a tensor: a model fetched or
@@ -727,6 +916,56 @@ mod tests {
         // A weight computed once from a model the loop runs is a graph, getter or not.
         let src = "w = model.get_weight()\nfor x in data:\n    loss = (model(x) @ w).sum()\n    accelerator.backward(loss)\n";
         assert_eq!(codes(src), vec![("GS324".into(), 1)]);
+    }
+
+    #[test]
+    fn a_loop_in_a_function_reads_what_its_caller_made_before_it() {
+        let def = "import torch\nencoder = make()\nopt = torch.optim.Adam(encoder.parameters())\nprototypes = encoder(support).mean(1)\n";
+        let body = "    for step in range(3):\n        loss = F.cross_entropy(-torch.cdist(encoder(q), prototypes), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n";
+        for (head, call) in [
+            // A global the function reads; a parameter a call passes (by position, by keyword).
+            ("def train():\n", "train()\n"),
+            ("def train(protos):\n", "train(prototypes)\n"),
+            (
+                "def train(enc, protos):\n",
+                "train(encoder, protos=prototypes)\n",
+            ),
+        ] {
+            let body = if head.contains("protos") {
+                body.replace(", prototypes)", ", protos)")
+            } else {
+                body.to_owned()
+            };
+            let src = format!("{def}{head}{body}{call}");
+            assert_eq!(codes(&src), vec![("GS324".into(), 4)], "{src}");
+        }
+        // A method of a class of the script's own, run on an instance.
+        let src = format!(
+            "{def}class Trainer:\n    def fit(self):\n{}Trainer().fit()\n",
+            body.replace("\n    ", "\n        ")
+                .replacen("    for", "        for", 1)
+        );
+        assert_eq!(codes(&src), vec![("GS324".into(), 4)], "{src}");
+        // Made inside the function, or made under no_grad before the call: not this rule's.
+        let quiet = [
+            format!("{}\ndef train():\n    prototypes = encoder(support).mean(1).detach()\n{body}train()\n", def.replace("prototypes = encoder(support).mean(1)\n", "")),
+            format!("{}with torch.no_grad():\n    prototypes = encoder(support).mean(1)\ndef train():\n{body}train()\n", def.replace("prototypes = encoder(support).mean(1)\n", "")),
+        ];
+        for src in &quiet {
+            assert!(codes(src).is_empty(), "{src}");
+        }
+    }
+
+    #[test]
+    fn a_frameworks_object_is_not_a_graph_carried_into_the_loop() {
+        // Accelerate's FSDP2 benchmark: `accelerator` comes from a helper with the model.
+        let src = "def train(model, optimizer, loader, accelerator):\n    for batch in loader:\n        optimizer.zero_grad()\n        loss = model(**batch).loss\n        accelerator.backward(loss)\n        optimizer.step()\n\ndef evaluate(args, init_fn):\n    model, optimizer, loader, accelerator = init_fn(args)\n    return train(model, optimizer, loader, accelerator)\n";
+        assert!(codes(src).is_empty(), "{:?}", codes(src));
+        let top = "model, optimizer, loader, accelerator = init_fn(args)\nfor batch in loader:\n    loss = model(**batch).loss\n    accelerator.backward(loss)\n    optimizer.step()\n";
+        assert!(codes(top).is_empty(), "{:?}", codes(top));
+        // The loss handed to the framework's backward is still followed.
+        let carried = "history = None\nfor batch in loader:\n    loss = model(batch).sum()\n    if history is not None:\n        loss = loss + history\n    history = loss\n    accelerator.backward(loss)\n";
+        assert_eq!(codes(carried), vec![("GS324".into(), 6)]);
     }
 
     #[test]

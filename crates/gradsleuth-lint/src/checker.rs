@@ -355,6 +355,21 @@ pub fn bound_by(s: &Stmt) -> (&[Expr], Option<&Expr>) {
     }
 }
 
+/// What a call passes for the parameter `param`: its keyword, or the positional argument at
+/// `index` (`usize::MAX` for a keyword-only parameter).
+pub fn argument<'e>(
+    call: &'e ruff_python_ast::ExprCall,
+    param: &str,
+    index: usize,
+) -> Option<&'e Expr> {
+    call.arguments
+        .keywords
+        .iter()
+        .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == param))
+        .map(|k| &k.value)
+        .or_else(|| call.arguments.args.get(index))
+}
+
 /// The source text of `node`.
 pub fn text_of<'s>(source: &'s str, node: &impl Ranged) -> &'s str {
     let r = node.range();

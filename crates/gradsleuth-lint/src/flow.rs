@@ -1184,14 +1184,9 @@ impl<'a, 'c> Flow<'a, 'c> {
                 if callee != &class {
                     continue;
                 }
-                let arg = c
-                    .arguments
-                    .keywords
-                    .iter()
-                    .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == param))
-                    .map(|k| &k.value)
-                    .or_else(|| c.arguments.args.get(index));
-                let Some(arg) = arg else { continue };
+                let Some(arg) = crate::checker::argument(c, &param, index) else {
+                    continue;
+                };
                 let mut names = Vec::new();
                 class_choices(arg, &mut names);
                 for n in names {

@@ -204,17 +204,9 @@ fn kept(module: &ModModule) -> Kept {
         // What the construction passes for each parameter of `__init__`, when a plain name.
         let passed = |p: &str| -> Option<(String, TextRange)> {
             let at = params.iter().position(|q| q == p)?;
-            let arg = call
-                .arguments
-                .keywords
-                .iter()
-                .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == p))
-                .map(|k| &k.value)
-                .or_else(|| {
-                    (at < positional)
-                        .then(|| call.arguments.args.get(at - 1))
-                        .flatten()
-                })?;
+            // (`self` is not passed: the call's positions start at the second parameter.)
+            let index = if at < positional { at - 1 } else { usize::MAX };
+            let arg = crate::checker::argument(call, p, index)?;
             match arg {
                 Expr::Name(n) if n.id.as_str() != "self" => Some((n.id.to_string(), arg.range())),
                 _ => None,

@@ -95,13 +95,7 @@ impl Values<'_> {
                     {
                         return None;
                     }
-                    c.arguments.args.get(*i).or_else(|| {
-                        c.arguments
-                            .keywords
-                            .iter()
-                            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == p))
-                            .map(|k| &k.value)
-                    })
+                    crate::checker::argument(c, p, *i)
                 })
                 .collect();
             let passed = !args.is_empty()

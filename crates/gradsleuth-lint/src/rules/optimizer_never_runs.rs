@@ -23,7 +23,9 @@ use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{Expr, ExprCall, ModModule, Stmt, StmtFunctionDef};
 use ruff_text_size::{Ranged, TextRange};
 
-use super::optimizer_before_replace::{flatten, is_optimizer_call, parameter_owners};
+use super::optimizer_before_replace::{
+    factory_owners, flatten, is_optimizer_call, parameter_owners,
+};
 use super::Rule;
 use crate::checker::{call_name, dotted, Checker};
 use crate::flow::param_names;
@@ -61,7 +63,7 @@ struct Uses<'n> {
     copied: bool,
 }
 
-/// Inert methods that return the module itself: `net = model.to(device)` hands it on.
+/// The inert methods that return the module itself: `net = model.to(device)` hands it on.
 const RETURN_IT: &[&str] = &[
     "train",
     "eval",
@@ -152,10 +154,18 @@ impl Uses<'_> {
     }
 }
 
-/// The optimizer calls among `stmts` (anywhere in their expressions).
-fn optimizer_calls<'a>(stmts: &[&'a Stmt]) -> Vec<&'a ExprCall> {
-    struct V<'a>(Vec<&'a ExprCall>);
-    impl<'a> Visitor<'a> for V<'a> {
+/// The optimizer calls among `stmts` (anywhere in their expressions), each with the models it
+/// is over and, for a call of the file's optimizer factory (`build_optimizer(model)`), the
+/// arguments that hand them to it (no use of the models: the factory reads their parameters).
+fn optimizer_calls<'a>(
+    ck: &Checker,
+    stmts: &[&'a Stmt],
+) -> Vec<(&'a ExprCall, Vec<String>, Vec<TextRange>)> {
+    struct V<'a, 'c, 'k>(
+        &'c Checker<'k>,
+        Vec<(&'a ExprCall, Vec<String>, Vec<TextRange>)>,
+    );
+    impl<'a> Visitor<'a> for V<'a, '_, '_> {
         fn visit_stmt(&mut self, s: &'a Stmt) {
             if !matches!(s, Stmt::FunctionDef(_) | Stmt::ClassDef(_)) {
                 visitor::walk_stmt(self, s);
@@ -164,13 +174,29 @@ fn optimizer_calls<'a>(stmts: &[&'a Stmt]) -> Vec<&'a ExprCall> {
         fn visit_expr(&mut self, e: &'a Expr) {
             if let Expr::Call(c) = e {
                 if is_optimizer_call(e) {
-                    self.0.push(c);
+                    let mut owners = Vec::new();
+                    for a in &c.arguments.args {
+                        parameter_owners(a, &mut owners);
+                    }
+                    for k in &c.arguments.keywords {
+                        parameter_owners(&k.value, &mut owners);
+                    }
+                    self.1.push((c, owners, Vec::new()));
+                } else if let Some(owners) = factory_owners(self.0, e) {
+                    let args = c
+                        .arguments
+                        .args
+                        .iter()
+                        .chain(c.arguments.keywords.iter().map(|k| &k.value))
+                        .map(Ranged::range)
+                        .collect();
+                    self.1.push((c, owners, args));
                 }
             }
             visitor::walk_expr(self, e);
         }
     }
-    let mut v = V(Vec::new());
+    let mut v = V(ck, Vec::new());
     for s in stmts {
         // Only the statement itself: nested blocks are in `stmts` already.
         match s {
@@ -180,7 +206,7 @@ fn optimizer_calls<'a>(stmts: &[&'a Stmt]) -> Vec<&'a ExprCall> {
             _ => {}
         }
     }
-    v.0
+    v.1
 }
 
 /// The file calls `backward()` somewhere (a training script, not a library of models).
@@ -273,22 +299,15 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt], outer: Option<&
     flatten(body, &mut stmts);
     let bound = bindings(ck, &stmts);
     let params: Vec<String> = outer.map_or_else(Vec::new, |o| param_names(&o.function.parameters));
-    for call in optimizer_calls(&stmts) {
-        let mut owners = Vec::new();
-        for a in &call.arguments.args {
-            parameter_owners(a, &mut owners);
-        }
-        for k in &call.arguments.keywords {
-            parameter_owners(&k.value, &mut owners);
-        }
+    for (call, owners, handed) in optimizer_calls(ck, &stmts) {
         for owner in owners {
             let (live, copied) = if bound.get(owner.as_str()) == Some(&(1, true)) {
-                module_uses(ck, &owner, search, &[])
+                module_uses(ck, &owner, search, &handed)
             } else if let Some(o) = outer.filter(|_| !bound.contains_key(owner.as_str())) {
                 match params.iter().position(|p| *p == owner) {
                     // A global of the module (`student`, built at the top, used in `train()`).
                     None if o.bound.get(owner.as_str()) == Some(&(1, true)) => {
-                        module_uses(ck, &owner, o.body, &[])
+                        module_uses(ck, &owner, o.body, &handed)
                     }
                     None => continue,
                     // A parameter: what every call of the function passes, one module name.
@@ -299,6 +318,8 @@ fn check_scope(ck: &mut Checker, body: &[Stmt], search: &[Stmt], outer: Option<&
                         if o.bound.get(name.as_str()) != Some(&(1, true)) {
                             continue;
                         }
+                        let args: Vec<TextRange> =
+                            args.into_iter().chain(handed.iter().copied()).collect();
                         let (live, copied) = module_uses(ck, &name, o.body, &args);
                         let (inside, _) = module_uses(ck, &owner, search, &[]);
                         (live || inside, copied)
@@ -350,13 +371,7 @@ fn passed_everywhere(o: &Outer, param: &str, index: usize) -> Option<(String, Ve
     let mut name: Option<String> = None;
     let mut args = Vec::new();
     for c in &calls.1 {
-        let arg = c
-            .arguments
-            .keywords
-            .iter()
-            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == param))
-            .map(|k| &k.value)
-            .or_else(|| c.arguments.args.get(index))?;
+        let arg = crate::checker::argument(c, param, index)?;
         let Expr::Name(n) = arg else { return None };
         if name.as_deref().is_some_and(|m| m != n.id.as_str()) {
             return None;
@@ -444,6 +459,10 @@ mod tests {
         ] {
             assert!(codes(&src).is_empty(), "{src}");
         }
+        // Built by a factory of the file: handing the student to it is no use of it.
+        let factory = format!("{head}def build(model):\n    return torch.optim.Adam(model.parameters())\nopt = build(student)\n{}", loop_.replace("\n    ", "\n").trim_start());
+        assert_eq!(codes(&factory), vec![("GS331".into(), 8)], "{factory}");
+        assert!(codes(&factory.replace("ema(x)", "student(x)")).is_empty());
     }
 
     #[test]

@@ -700,14 +700,7 @@ fn loop_after(
 
 /// The plain name a call passes for parameter `name` (at `index` among the positional ones).
 fn passed(call: &ruff_python_ast::ExprCall, name: &str, index: usize) -> Option<String> {
-    let arg = call
-        .arguments
-        .keywords
-        .iter()
-        .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == name))
-        .map(|k| &k.value)
-        .or_else(|| call.arguments.args.get(index))?;
-    match arg {
+    match crate::checker::argument(call, name, index)? {
         Expr::Name(n) => Some(n.id.to_string()),
         _ => None,
     }

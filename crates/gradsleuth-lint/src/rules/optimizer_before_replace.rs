@@ -96,15 +96,8 @@ pub(crate) fn factory_owners(ck: &Checker, e: &Expr) -> Option<Vec<String>> {
         }
     }
     visitor::walk_body(&mut Owners(&mut inside), &f.body);
-    let passed = |p: &str, i: usize| {
-        c.arguments
-            .keywords
-            .iter()
-            .find(|k| k.arg.as_ref().is_some_and(|a| a.id.as_str() == p))
-            .map(|k| &k.value)
-            .or_else(|| c.arguments.args.get(i))
-            .and_then(crate::checker::module_path)
-    };
+    let passed =
+        |p: &str, i: usize| crate::checker::argument(c, p, i).and_then(crate::checker::module_path);
     let mut out = Vec::new();
     for o in inside {
         let (root, rest) = o

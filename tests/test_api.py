@@ -287,7 +287,7 @@ def test_compiled_submodule_is_reported_not_broken(tmp_path):
 def test_a_change_below_float32_norm_resolution_is_still_a_change():
     """A small step moves a float32 weight's norm by less than float32 resolves: "did the step
     change it at all?" reads the weights' bits, for every dtype and element count."""
-    from gradsleuth import _tracer
+    from gradsleuth import _core
 
     for dtype, n in [(torch.float32, 1000), (torch.bfloat16, 1000), (torch.float16, 999), (torch.float64, 7)]:
         w = (torch.full((n,), 1.0) + torch.arange(n) * 1e-3).to(dtype)
@@ -295,7 +295,7 @@ def test_a_change_below_float32_norm_resolution_is_still_a_change():
         moved[n // 2] = torch.nextafter(moved[n // 2], torch.tensor(2.0, dtype=dtype))
         if dtype == torch.float32:
             assert torch.linalg.vector_norm(w).item() == torch.linalg.vector_norm(moved).item()
-        before, after, same = _tracer.fingerprints([w, moved, w.clone()])
+        before, after, same = _core.fingerprints([w, moved, w.clone()])
         assert before != after and before == same, dtype
 
 

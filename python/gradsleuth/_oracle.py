@@ -10,7 +10,7 @@ server imports them once for the candidates after it: a transformers model file'
 
 `observe` is what a script instrumented by repro's first pass calls at each place it takes data
 (`gradsleuth_repro::data`): it describes the first value seen there (no tensor data: shape,
-dtype, device, range) as a JSON line for the reducer, which rebuilds it in Rust."""
+dtype, device, range) as a JSON line for the reducer, which rebuilds it."""
 
 from __future__ import annotations
 
@@ -21,118 +21,12 @@ import signal
 import sys
 import time
 
-_seen: set[int] = set()
+# `observe` and `observe_value`, which an instrumented script calls, are Rust's
+# (`gradsleuth._core`, crates/gradsleuth-py/src/observe.rs).
+from gradsleuth._core import observe, observe_value  # noqa: F401
+
 # Modules a candidate imported that the server could not import on its own: not tried again.
 _unimportable: set[str] = set()
-
-
-def _describe(v: object, depth: int = 0) -> dict:
-    import torch
-
-    if depth > 8:
-        return {"other": type(v).__qualname__}
-    if isinstance(v, torch.Tensor):
-        d: dict = {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch."), "device": str(v.device)}
-        d["grad"] = bool(v.requires_grad and v.grad_fn is None)
-        if v.grad_fn is not None:
-            # Computed from the model: not data, never rebuilt.
-            return {"other": "computed tensor"}
-        if v.numel() and not v.is_complex():
-            t = v.detach()
-            d["min"], d["max"] = float(t.min()), float(t.max())
-        return {"tensor": d}
-    if v is None or type(v) in (bool, int, str, float):
-        r = _literal(v)
-        return {"literal": r} if r is not None else {"other": type(v).__qualname__}
-    if isinstance(v, (tuple, list)) and type(v) in (tuple, list):
-        return {type(v).__name__: [_describe(x, depth + 1) for x in v]}
-    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
-        return {"dict": [[k, _describe(x, depth + 1)] for k, x in v.items()]}
-    transformers = sys.modules.get("transformers")
-    if transformers is not None and isinstance(v, transformers.PreTrainedModel):
-        model = _model(v, transformers)
-        if model is not None:
-            return model
-    return {"other": type(v).__qualname__}
-
-
-def _exported(cls: type) -> str | None:
-    """`package.Class` when the class is reachable so from its top-level package."""
-    top = cls.__module__.split(".")[0]
-    return f"{top}.{cls.__name__}" if getattr(sys.modules.get(top), cls.__name__, None) is cls else None
-
-
-def _model(v: object, transformers: object) -> dict | None:
-    config = v.config  # type: ignore[attr-defined]
-    cls, config_cls = _exported(type(v)), _exported(type(config))
-    if cls is None or config_cls is None:
-        return None
-    # The entries that differ from the config class's own defaults (a float32 dtype is the
-    # default weights' dtype).
-    defaults = type(config)().to_dict()
-    entries = {
-        k: x
-        for k, x in config.to_dict().items()
-        if (k not in defaults or defaults[k] != x)
-        and not k.startswith("_")
-        and k not in ("transformers_version", "architectures", "model_type")
-        and not (k in ("dtype", "torch_dtype") and x in ("float32", None))
-    }
-    try:
-        json.dumps(entries)
-    except (TypeError, ValueError):
-        return None
-    return {"model": {"class": cls, "config_class": config_cls, "config": entries}}
-
-
-def observe(site: int, value: object) -> None:
-    """Called by an instrumented script: records the first value site `site` sees."""
-    path = os.environ.get("GRADSLEUTH_OBSERVE")
-    if not path or site in _seen:
-        return
-    _seen.add(site)
-    try:
-        line = json.dumps({"site": site, "value": _describe(value)})
-    except Exception:  # noqa: BLE001 - an odd value is left as it is, never breaks the run
-        return
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-
-
-_UNSEEN = object()
-_values: dict[int, object] = {}
-
-
-def _literal(v: object, depth: int = 0) -> str | None:
-    """The value as Python source when it is a literal (exact types only: an enum or a numpy
-    number is not one)."""
-    if v is None or type(v) in (bool, int, str):
-        r = repr(v)
-        return r if len(r) <= 200 else None
-    if type(v) is float:
-        return repr(v) if v == v and abs(v) != float("inf") else None
-    if type(v) is tuple and depth == 0 and len(v) <= 8:
-        parts = [_literal(x, 1) for x in v]
-        if all(p is not None for p in parts):
-            return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"  # type: ignore[arg-type]
-    return None
-
-
-def observe_value(site: int, value: object) -> object:
-    """Called around an argument by an instrumented script: returns `value`, and records its
-    literal, or that it has none or varied between calls."""
-    path = os.environ.get("GRADSLEUTH_OBSERVE")
-    if not path:
-        return value
-    r = _literal(value)
-    old = _values.get(site, _UNSEEN)
-    if old is _UNSEEN or (old is not None and old != r):
-        state = r if old is _UNSEEN else None
-        _values[site] = state
-        described = {"literal": state} if state is not None else {"other": "not one literal"}
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"site": site, "value": described}) + "\n")
-    return value
 
 
 def _learned_path(req: dict) -> str:

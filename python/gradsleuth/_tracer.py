@@ -16,7 +16,6 @@ references to tensors, modules and optimizers.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -28,7 +27,24 @@ import torch
 from torch import nn
 
 from gradsleuth import _versions
-from gradsleuth._core import NORM_INF, NORM_NAN, Frames, ModuleKind, TensorKind, class_line, unwrapped, wrapper_prefix
+from gradsleuth._core import (
+    Frames,
+    ModuleKind,
+    TensorKind,
+    bound_names,
+    class_def,
+    fingerprints,
+    forward_def,
+    in_owner_init,
+    leaf_behind,
+    loader,
+    model_name,
+    norms,
+    root_owner,
+    swapped,
+    unwrapped,
+    wrapper_prefix,
+)
 from gradsleuth._sites import STDLIB_DIRS
 from gradsleuth._versions import own_ops
 
@@ -62,92 +78,6 @@ def multiprocessing_method() -> str:
     # Without fixing the start method (asking for it without allow_none would): the platform's
     # default is the first of those available.
     return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
-
-
-def _encode(x: float) -> float:
-    if math.isnan(x):
-        return NORM_NAN
-    if math.isinf(x):
-        return NORM_INF
-    return x
-
-
-def norms(tensors) -> list[float]:
-    """Norms of `tensors` with one fused reduction (per device/dtype group inside torch)."""
-    if not tensors:
-        return []
-    with torch.no_grad():
-        try:
-            ns = torch._foreach_norm(tensors)
-            try:
-                vals = torch.stack(ns).tolist()  # one dtype and device: the common case
-            except RuntimeError:
-                vals = torch.stack([n.to(torch.float64).cpu() for n in ns]).tolist()
-        except (RuntimeError, TypeError, NotImplementedError):
-            vals = [
-                float(t.detach().double().norm()) if not t.is_sparse else float(t.coalesce().values().norm())
-                for t in tensors
-            ]
-    return [_encode(v) for v in vals]
-
-
-def fingerprints(tensors) -> list:
-    """Whether a weight changed *at all* (a small learning rate can move a float32 weight's norm
-    by less than float32 resolves): the wrapping int32 sum of each tensor's bits, as cheap as
-    a norm and with no float64 copy. A tensor whose bits cannot be read as int32 (an odd
-    number of half-precision values, a non-contiguous view, a DTensor) gets its float64 norm."""
-    out: list = []
-    with torch.no_grad():
-        for t in tensors:
-            try:
-                flat = t if t.element_size() == 4 else t.reshape(-1)
-                out.append(flat.view(torch.int32).sum(dtype=torch.int32))
-            except (RuntimeError, TypeError, NotImplementedError):
-                out.append(torch.linalg.vector_norm(t.detach(), dtype=torch.float64))
-        try:
-            return torch.stack(out).tolist() if out else []
-        except RuntimeError:  # mixed dtypes or devices
-            return [v.item() for v in out]
-
-
-_class_defs: dict = {}
-
-
-def class_def(cls):
-    """(file, line, qualname) of a user-defined class; None fields for torch's own. The line is
-    Python's own record (3.13+) or read from the text by Rust, near the class's first method:
-    `inspect.findsource` parses the whole module, 25 ms for a library model's file."""
-    if cls in _class_defs:
-        return _class_defs[cls]
-    out = (None, None, None)
-    mod = sys.modules.get(cls.__module__)
-    file = getattr(mod, "__file__", None)
-    if file and not os.path.abspath(file).startswith(_TORCH_DIR):
-        file = os.path.abspath(file)
-        line = getattr(cls, "__firstlineno__", None)
-        if line is None:
-            own = cls.__qualname__ + "."
-            firsts = [
-                code.co_firstlineno
-                for v in vars(cls).values()
-                for code in (getattr(getattr(v, "__func__", v), "__code__", None),)
-                if code is not None
-                and getattr(code, "co_qualname", own).startswith(own)
-                and os.path.abspath(code.co_filename) == file
-            ]
-            line = class_line(file, cls.__qualname__, min(firsts) if firsts else None)
-        if line is not None:
-            out = (file, line, cls.__qualname__)
-    _class_defs[cls] = out
-    return out
-
-
-def forward_def(cls):
-    fwd = getattr(cls, "forward", None)
-    code = getattr(fwd, "__code__", None)
-    if code is None or code.co_filename.startswith(_TORCH_DIR):
-        return (None, None, None)
-    return (os.path.abspath(code.co_filename), code.co_firstlineno, getattr(code, "co_qualname", code.co_name))
 
 
 class Tracer:
@@ -487,7 +417,7 @@ class Tracer:
         def record(t, value, was, frame):
             try:
                 site, via = _FRAMES.site_via(frame)
-                by_owner = not value and _in_owner_init(t, frame)
+                by_owner = not value and in_owner_init(t, frame)
                 tracer.rec.requires_grad_set(tracer.key(t), value, site, via, by_owner, was)
             except Exception as e:  # noqa: BLE001 - freezing must never fail because of us
                 tracer.rec.note(f"requires_grad: {e}")
@@ -516,7 +446,7 @@ class Tracer:
 
     def _watch_loader_writes(self):
         """Parameters a known checkpoint loader creates with the checkpoint's values in them
-        (`_LOADERS`): `nn.Parameter.__new__` is wrapped until the observation ends, the
+        (`_core.loader`): `nn.Parameter.__new__` is wrapped until the observation ends, the
         parameter returned is the one torch made."""
         original = nn.Parameter.__dict__.get("__new__")
         make = getattr(original, "__func__", original)
@@ -526,7 +456,7 @@ class Tracer:
 
         def new(cls, *args, **kwargs):
             p = make(cls, *args, **kwargs)
-            if tracer.active and _loader(sys._getframe(1)) is True:
+            if tracer.active and loader(sys._getframe(1)) is True:
                 try:
                     tracer.rec.loaded(tracer.key(p))
                 except Exception as e:  # noqa: BLE001 - never break the user's load
@@ -545,7 +475,7 @@ class Tracer:
 
         def load(module, state_dict, *args, **kwargs):
             out = original(module, state_dict, *args, **kwargs)
-            if tracer.active and _loader(sys._getframe(1)) is not False:
+            if tracer.active and loader(sys._getframe(1)) is not False:
                 try:
                     if whole:  # `load_state_dict`: names relative to the module
                         params = module.named_parameters()
@@ -736,38 +666,13 @@ class Tracer:
         if log is None:
             return
         try:
-            reached = set(self.rec.reached_keys(self._deep_since))
-            unreached, zero, cleared, grads = {}, {}, {}, []
             # What its own optimizer's step read counts: a GAN's generator stepped, then
             # `zero_grad()`, before the discriminator's step ends the op-level step.
             known = {**self._deep_known, **(known or {})}
             self._deep_known = {}
-            for k in self._hooked:
-                t = self.obj(k)
-                if t is None:
-                    continue
-                if k not in reached:
-                    unreached[id(t)] = k
-                elif t.grad is not None:
-                    grads.append((k, t))
-                elif k in known:
-                    if known[k] == 0.0:
-                        zero[id(t)] = k
-                else:
-                    cleared[id(t)] = k
-            for parts in self._parts.values():  # a part's key stands for its address
-                for pk, _, _ in parts:
-                    if pk not in reached:
-                        unreached[pk] = pk
-                    elif known.get(pk) == 0.0:
-                        zero[pk] = pk
-            todo = [(k, t) for k, t in grads if k not in known]
-            read = dict(zip((k for k, _ in todo), norms([t.grad for _, t in todo])))
-            for k, t in grads:
-                if known.get(k, read.get(k)) == 0.0:
-                    zero[id(t)] = k
-            if unreached or zero or cleared:
-                log.resolve(self.rec, unreached, zero, cleared)
+            watched = [(k, t) for k in self._hooked if (t := self.obj(k)) is not None]
+            parts = [pk for flat in self._parts.values() for pk, _, _ in flat]
+            log.end_step(self.rec, self._deep_since, watched, parts, known)
         except Exception as e:  # noqa: BLE001
             self.rec.note(f"op-level resolve: {type(e).__name__}: {e}")
         log.clear()
@@ -804,25 +709,17 @@ class Tracer:
                 if self._depth == 0 and key not in self._roots:
                     # A layer of a model the user's code holds, called directly
                     # (`model.backbone(x)`): the model is what gets named and scanned.
+                    frame = user_frame(sys._getframe(1))
                     owner = None
                     if key not in self._known_modules:
-                        frame = sys._getframe(1)
-                        holder = self._holder(module, frame)
-                        if holder is not None and _trains_itself(holder[1]):
-                            # Held by a LightningModule: named as Lightning names it (its
-                            # checkpoints and summary, `self.model.parameters()` in
-                            # configure_optimizers), even when a global also binds it.
-                            owner = holder
-                        else:
-                            owner = _owner_model(module, frame)
-                            if owner is None and _variable_name(module, frame) is None:
-                                # Not bound to a name of the user's code itself: the outermost
-                                # module holding it (a local model, a container of networks).
-                                owner = holder
+                        # Which model it is named and scanned as (decided in Rust: `root_owner`),
+                        # from the module the registration links show holding it.
+                        k = self.rec.holder(key)
+                        owner = root_owner(module, self.obj(k) if k is not None else None, frame)
                     if owner is not None:
                         self.add_root(owner[1], name=owner[0])
                     else:
-                        self.add_root(module, frame=sys._getframe(1))
+                        self.add_root(module, name=model_name(module, frame))
                     if self.on_root is not None:
                         self.on_root(module)
                 elif self._depth > 0 and key not in self._known_modules:
@@ -836,7 +733,7 @@ class Tracer:
                 if self._last_call.get(key) != self._root_call:
                     first_run = key not in self._last_call
                     self._last_call[key] = self._root_call
-                    self.rec.module_ran(key, torch.is_grad_enabled(), not self._sharded and _swapped(module))
+                    self.rec.module_ran(key, torch.is_grad_enabled(), not self._sharded and swapped(module))
                     if first_run:
                         self.rec.module_site(key, site_of(sys._getframe(1)))
         except Exception as e:  # noqa: BLE001 - never break the user's forward
@@ -880,15 +777,6 @@ class Tracer:
         except Exception as e:  # noqa: BLE001 - never break the user's model construction
             self.rec.note(f"module registration hook: {type(e).__name__}: {e}")
         return None
-
-    def _holder(self, module, frame):
-        """(name, module) of the outermost module holding `module` (decided in Rust from the
-        registration links), or None."""
-        k = self.rec.holder(self.key(module))
-        top = self.obj(k) if k is not None else None
-        if top is None:
-            return None
-        return _variable_name(top, frame) or type(top).__name__, top
 
     def _forward_post(self, module, args, output):
         if self._depth > 0 and self._module_stack:
@@ -940,7 +828,7 @@ class Tracer:
     def add_root(self, module, name=None, frame=None):
         key = self.key(module)
         if name is None:
-            name = _variable_name(module, frame) or type(module).__name__
+            name = model_name(module, user_frame(frame))
         self._roots[key] = weakref.ref(module)
         self._root_names[key] = name
         self._inference_keys = []
@@ -1151,7 +1039,7 @@ class Tracer:
             return
         from gradsleuth._core import grad_fn_chain
 
-        leaf = _leaf_behind(t)
+        leaf = leaf_behind(t)
         if leaf is not None and (id(leaf) in self._registered_ids or getattr(leaf, "_is_flat_param", False)):
             return  # a view of a registered parameter (FSDP1's original parameters)
         chain = grad_fn_chain(t.grad_fn) if t.grad_fn is not None else []
@@ -1294,7 +1182,7 @@ class Tracer:
         torch.func's stacked ensemble), judged as any parameter once the step shows it used.
         Named by the variable (or the entry of a dict, list or tuple) the creating code binds it
         to. `by_script`: the script's own code built the optimizer (no library's code between)."""
-        names = _bound_names(user_frame(frame))
+        names = bound_names(user_frame(frame))
         own = False
         for j, p in enumerate(p for g in opt.param_groups for p in g["params"]):
             pkey = self.key(p)
@@ -1317,7 +1205,7 @@ class Tracer:
         unnamed, self._unnamed = self._unnamed, {}
         if not unnamed:
             return
-        names = _bound_names(user_frame(frame))
+        names = bound_names(user_frame(frame))
         for i, pkey in unnamed.items():
             t = self.obj(pkey)
             if i in names and t is not None and id(t) == i and not self.rec.has_tensor(pkey):
@@ -2039,40 +1927,6 @@ def _no_user_mode() -> bool:
     return True
 
 
-def _in_owner_init(t, frame) -> bool:
-    """Whether `t` is being frozen inside the constructor of the module it belongs to (a fixed
-    table the architecture keeps frozen), not by a training choice made after it was built."""
-    for _ in range(64):
-        if frame is None:
-            return False
-        if frame.f_code.co_name == "__init__":
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, nn.Module) and any(p is t for p in vars(owner).get("_parameters", {}).values()):
-                return True
-        frame = frame.f_back
-    return False
-
-
-# Checkpoint loaders known by their function, and what their writes are: True, values from the
-# checkpoint (transformers before 4.51 writes them with accelerate's `set_module_tensor_to_device`,
-# a new `nn.Parameter` per key, and no `load_state_dict`); False, storage for the keys a
-# checkpoint lacks, initialised afterwards (transformers 4.5x gives it through `load_state_dict`).
-_LOADERS = {"_load_state_dict_into_meta_model": True, "_move_missing_keys_from_meta_to_cpu": False}
-
-
-def _loader(frame):
-    """What the nearest known loader within eight frames writes (see `_LOADERS`), None when
-    no known loader is calling."""
-    for _ in range(8):
-        if frame is None:
-            return None
-        said = _LOADERS.get(frame.f_code.co_name)
-        if said is not None:
-            return said
-        frame = frame.f_back
-    return None
-
-
 def _dtype(t) -> str:
     return str(t.dtype).replace("torch.", "")
 
@@ -2089,20 +1943,6 @@ def flat_parts(flat):
             yield fqn, attr, module, shape, None, 0
 
 
-def _leaf_behind(t):
-    """The leaf tensor a non-leaf was computed from (first input chain)."""
-    node = t.grad_fn
-    for _ in range(64):
-        if node is None:
-            return None
-        var = getattr(node, "variable", None)
-        if var is not None:
-            return var
-        nxt = [n for n, _ in node.next_functions if n is not None]
-        node = nxt[0] if nxt else None
-    return None
-
-
 # Scaler calls observed beyond the requested steps while a GradScaler has not taken them yet
 # (`Tracer._calibrating`): halving each time, a default scale (65536) reaches 1e-5 within 32.
 _CALIBRATION = 32
@@ -2116,119 +1956,6 @@ def unwrapped_name(root) -> Callable[[str], str]:
     and around its layers named away (in Rust: `gradsleuth_capture::names`)."""
     wrap = wrapper_prefix(root)
     return lambda name: unwrapped(name, wrap)
-
-
-def _swapped(module) -> bool:
-    """Whether `module` runs on tensors put in place of its parameters: `_parameters` holds
-    only `nn.Parameter`s, except while `torch.func.functional_call` (or
-    `torch.nn.utils.stateless`, a meta-learning library's functional update) writes the
-    tensors it was given there."""
-    for t in module._parameters.values():  # a loop, not any(...): run per module per step
-        if t is not None and t.__class__ is not nn.Parameter and not isinstance(t, nn.Parameter):
-            return True
-    return False
-
-
-def _owner_model(module, frame):
-    """(global name, model) of the outermost model bound to a global name of the user's code
-    that `module` is part of, when `module` itself is not bound there: its parameters are then
-    named as that model's `named_parameters()` names them (`backbone.0.weight`, not
-    `Sequential.0.weight`). Globals only, as in `_variable_name`."""
-    f = user_frame(frame) if frame is not None else None
-    if f is None:
-        return None
-    best = None
-    try:
-        for name, value in list(f.f_globals.items()):
-            if value is module:
-                return None
-            if name.startswith("_") or not isinstance(value, nn.Module):
-                continue
-            size = 0
-            inside = False
-            for m in value.modules():
-                size += 1
-                inside = inside or m is module
-            if inside and (best is None or size > best[2]):
-                best = (name, value, size)
-    except Exception:  # noqa: BLE001
-        return None
-    return best[:2] if best is not None else None
-
-
-def _trains_itself(module) -> bool:
-    """A LightningModule (by its protocol: `training_step` and `configure_optimizers`)."""
-    cls = type(module)
-    return callable(getattr(cls, "training_step", None)) and callable(getattr(cls, "configure_optimizers", None))
-
-
-# What `_bound_names` does not look into: classes, modules, functions, and models (which hold
-# their own tensors, named by the scan).
-_NOT_HOLDERS = (type, types.ModuleType, types.FunctionType, types.MethodType, nn.Module)
-_CO_OPTIMIZED = 0x1  # `inspect.CO_OPTIMIZED`: a function's code (fast locals)
-
-
-def _bound_names(frame) -> dict[int, str]:
-    """id -> name of the tensors the frame binds, directly, as an entry of a dict, list or tuple
-    (`params.0.weight`), as an attribute of an object (`self.w`) or as a parameter of a module
-    (`model.0.weight`): its locals (a `main()` building its tensors and optimizer), then its
-    globals. Before Python 3.13 reading a function's locals leaves a snapshot of them on the
-    frame, which would keep a tensor the function drops later alive: it is emptied."""
-    out: dict[int, str] = {}
-    if frame is None:
-        return out
-    local = None
-    try:
-        scopes = [frame.f_globals]
-        local = frame.f_locals
-        if local is not frame.f_globals:
-            scopes.insert(0, local)
-        for scope in scopes:
-            for name, value in list(scope.items()):
-                if name.startswith("_"):
-                    continue
-                if isinstance(value, torch.Tensor):
-                    out.setdefault(id(value), name)
-                    continue
-                if isinstance(value, nn.Module) and name != "self":
-                    # A model's parameters by the variable that holds it (`model.0.weight`):
-                    # named so when that model never runs (a copy of it does).
-                    for j, (pname, p) in enumerate(value.named_parameters()):
-                        if j >= 10000:
-                            break
-                        out.setdefault(id(p), f"{name}.{pname}")
-                    continue
-                if isinstance(value, (list, tuple)):
-                    value = dict(enumerate(value)) if len(value) <= 10000 else None
-                elif not isinstance(value, (dict, *_NOT_HOLDERS)):
-                    value = getattr(value, "__dict__", None)
-                if isinstance(value, dict) and len(value) <= 10000:
-                    for k, v in list(value.items()):
-                        if isinstance(v, torch.Tensor):
-                            out.setdefault(id(v), f"{name}.{k}")
-    except Exception:  # noqa: BLE001 - naming must never break the user's script
-        pass
-    finally:
-        # Only a function's snapshot (a class body's or an `exec`'s locals are a real namespace;
-        # 3.13's function locals are a write-through proxy, no dict).
-        if type(local) is dict and frame.f_code.co_flags & _CO_OPTIMIZED:
-            local.clear()
-    return out
-
-
-def _variable_name(module, frame):
-    """The global name the user's code binds `module` to. Locals are not read: on Python
-    3.11, `frame.f_locals` caches a snapshot on the frame that would keep tensors alive."""
-    f = user_frame(frame) if frame is not None else None
-    if f is None:
-        return None
-    try:
-        for name, value in f.f_globals.items():
-            if value is module and not name.startswith("_"):
-                return name
-    except Exception:  # noqa: BLE001
-        return None
-    return None
 
 
 _PARAMETER_NEW = nn.Parameter.__dict__["__new__"]

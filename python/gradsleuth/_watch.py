@@ -20,18 +20,27 @@ from __future__ import annotations
 import bisect
 import collections
 import json
-import math
 import os
 import sys
 import time
 import weakref
-from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from gradsleuth import _versions
-from gradsleuth._core import graph_nodes, late_recurs_note, sequence_index, singular_condition, singular_reason, walk
+from gradsleuth._core import (
+    Trace,
+    finite,
+    graph_nodes,
+    has_nan,
+    op_name,
+    sequence_index,
+    singular_at,
+    singular_count,
+    tensor_stats,
+    walk,
+)
 from gradsleuth._tracer import flat_parts, op_site_of, unwrapped_name
 from gradsleuth._versions import own_ops
 
@@ -86,63 +95,6 @@ def _piece(t, span):
     """A parameter's (or its gradient's) local values, or the stretch `span` of them."""
     t = _local(t)
     return t if span is None else t.narrow(0, *span)
-
-
-def _stats(t) -> dict:
-    t = _local(t).detach()
-    d: dict[str, Any] = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-    if not (t.is_floating_point() or t.is_complex()) or t.numel() == 0:
-        return d
-    f = t.float()
-    # The usual case, all finite (the inputs of an op that made the first NaN mostly are):
-    # four reductions. A NaN makes min and max NaN, an Inf makes them or the sum infinite.
-    mn, mx = torch.aminmax(f)
-    vals = torch.stack([f.sum(dtype=torch.float64), mn.double(), mx.double(), (f == 0).sum().double()]).tolist()
-    if all(math.isfinite(v) for v in vals[:3]):
-        d["nan"], d["inf"], d["zeros"] = 0, 0, int(vals[3])
-        d["min"], d["max"], d["mean"] = vals[1], vals[2], vals[0] / f.numel()
-        return d
-    nan, inf = torch.isnan(f), torch.isinf(f)
-    finite = ~(nan | inf)
-    n_finite = finite.sum()
-    # One read-back for all of it (a sync per number would cost more than the kernels).
-    vals = torch.stack(
-        [
-            nan.sum().double(),
-            inf.sum().double(),
-            (f == 0).sum().double(),
-            n_finite.double(),
-            torch.where(finite, f, math.inf).amin().double(),
-            torch.where(finite, f, -math.inf).amax().double(),
-            torch.where(finite, f, 0.0).sum(dtype=torch.float64),
-        ]
-    ).tolist()
-    d["nan"], d["inf"], d["zeros"] = int(vals[0]), int(vals[1]), int(vals[2])
-    if vals[3] > 0:
-        d["min"], d["max"], d["mean"] = vals[4], vals[5], vals[6] / vals[3]
-    return d
-
-
-def _finite(t) -> bool:
-    t = _local(t)
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
-        return True
-    # One reduction, no boolean copy: a NaN or Inf anywhere makes the sum non-finite. Only a
-    # non-finite sum (or an overflowing one) pays for the exact check.
-    if math.isfinite(float(t.detach().sum(dtype=torch.float64))):
-        return True
-    return bool(torch.isfinite(t).all())
-
-
-def _op_name(func) -> str:
-    name = getattr(func, "__name__", None) or repr(func)
-    owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
-    if _versions.is_tensor_class(owner):
-        return f"Tensor.{name}"
-    mod = getattr(func, "__module__", None) or "torch"
-    if mod.startswith("torch.nn.functional"):
-        return f"F.{name}"
-    return f"torch.{name}" if mod.startswith("torch") else f"{mod}.{name}"
 
 
 class _Stop(Exception):
@@ -203,12 +155,12 @@ class _FindMode(TorchFunctionMode):
         out = func(*args, **kwargs)
         if self.stop_on_nan:
             outs = _flat_tensors(out)
-            if any(_has_nan(t) for t in outs):
+            if any(has_nan(t) for t in outs):
                 ins = _flat_tensors((args, kwargs))
                 node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
-                if not any(_has_nan(t) for t in ins) and (node is None or self._reached(node) is not False):
-                    stats = [_stats(t) for t in ins if t.is_floating_point()][:6]
-                    self.stopped = ("forward", _op_name(func), op_site_of(sys._getframe(1)), stats)
+                if not any(has_nan(t) for t in ins) and (node is None or self._reached(node) is not False):
+                    stats = [tensor_stats(t) for t in ins if t.is_floating_point()][:6]
+                    self.stopped = ("forward", op_name(func), op_site_of(sys._getframe(1)), stats)
                     raise _Stop
         elif self.unused:
             for t in _flat_tensors((args, kwargs)):
@@ -221,12 +173,12 @@ class _FindMode(TorchFunctionMode):
         node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
         if node is None:
             return
-        name = _op_name(func)
+        name = op_name(func)
         tensors = _flat_tensors(inputs)
-        why = _singular_at(name, tensors, inputs)
+        why = singular_at(name, tensors, inputs)
         if not why or _upstream_leaves(node) & self.params != self.nan_params or not self._reached(node):
             return
-        stats = [_stats(t) for t in tensors if t.is_floating_point()][:6]
+        stats = [tensor_stats(t) for t in tensors if t.is_floating_point()][:6]
         self.stopped = ("singular", name, op_site_of(frame), type(node).__name__, why, stats)
         raise _Stop
 
@@ -269,18 +221,18 @@ class _NanMode(TorchFunctionMode):
         if i < 0 or type(node).__name__ == "AccumulateGrad":
             return ("?", None)
         func, site, _, _ = self.ops[i]
-        return (_op_name(func), site)
+        return (op_name(func), site)
 
     def first_nonfinite(self):
         """(op, site, input stats) of the first op that made a NaN from inputs without one; if
         no op made a NaN, the first that made an Inf from finite inputs. (An intentional
         `masked_fill(mask, -inf)` makes Infs; the softmax of a row of them makes the NaN.)"""
-        for bad in (_has_nan, lambda t: not _finite(t)):
+        for bad in (has_nan, lambda t: not finite(t)):
             for func, site, inputs, outs in self.ops:
                 if any(bad(t) for t in outs):
                     ins = _flat_tensors(inputs)
                     if not any(bad(t) for t in ins):
-                        return _op_name(func), site, [_stats(t) for t in ins if t.is_floating_point()][:6]
+                        return op_name(func), site, [tensor_stats(t) for t in ins if t.is_floating_point()][:6]
         return None
 
     def singular(self, reachable):
@@ -293,15 +245,15 @@ class _NanMode(TorchFunctionMode):
             node = next((t.grad_fn for t in outs if t.grad_fn is not None), None)
             if node is None or node not in reachable:
                 continue
-            why = _singular_at(_op_name(func), _flat_tensors(inputs), inputs)
+            why = singular_at(op_name(func), _flat_tensors(inputs), inputs)
             if why:
                 ins = _flat_tensors(inputs)
                 return (
-                    _op_name(func),
+                    op_name(func),
                     site,
                     type(node).__name__,
                     why,
-                    [_stats(t) for t in ins if t.is_floating_point()][:6],
+                    [tensor_stats(t) for t in ins if t.is_floating_point()][:6],
                 )
         return None
 
@@ -309,52 +261,6 @@ class _NanMode(TorchFunctionMode):
 def _upstream_leaves(node) -> set:
     """Ids of the leaf tensors (parameters) whose gradient `node`'s backward reaches."""
     return set(walk(node)["leaves"])
-
-
-def _has_nan(t) -> bool:
-    t = _local(t)
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
-        return False
-    if not math.isnan(float(t.detach().sum())):
-        return False  # any NaN makes the sum NaN (an overflow makes it Inf, or NaN: checked below)
-    return bool(torch.isnan(t).any())
-
-
-def _singular_count(name: str, tensors, inputs):
-    """(short name, exponent, count) for an op whose derivative can be infinite (or 0/0) at
-    finite inputs: `count` is how many inputs meet that condition, a 0-d tensor on their
-    device (nothing is read). None for any other op. Which ops have such points is Rust's
-    (`gradsleuth_watch::singular`)."""
-    short = name.rsplit(".", 1)[-1]
-    x = tensors[0].detach() if tensors and tensors[0].is_floating_point() else None
-    if x is None:
-        return None
-    exponent = None
-    if short in ("pow", "__pow__", "float_power"):
-        args: tuple[Any, ...] = inputs[0] if isinstance(inputs, tuple) else ()
-        e = args[1] if len(args) > 1 else None
-        exponent = float(e) if isinstance(e, (int, float)) and not isinstance(e, bool) else None
-    condition = singular_condition(short, exponent, len(tensors))
-    if condition is None:
-        return None
-    if condition == "zero":
-        mask = x == 0
-    elif condition == "abs_one":
-        mask = x.abs() == 1
-    else:
-        mask = (x == 0) & (tensors[1].detach() == 0)
-    return short, exponent, torch.count_nonzero(mask)
-
-
-def _singular_at(name: str, tensors, inputs) -> str | None:
-    """Why the derivative of `name` is infinite (or 0/0) at these inputs, or None (worded in
-    Rust: `gradsleuth_watch::singular`)."""
-    found = _singular_count(name, tensors, inputs)
-    if found is None:
-        return None
-    short, exponent, count = found
-    n = int(count)
-    return singular_reason(short, exponent, n) if n else None
 
 
 class _LossProbe(TorchFunctionMode):
@@ -388,62 +294,23 @@ class _LossProbe(TorchFunctionMode):
                 made = [t for t in _flat_tensors(out) if t.grad_fn is not None and t.is_floating_point()]
                 if made:
                     bad = sum(torch.count_nonzero(~torch.isfinite(t.detach())) for t in made)
-                    self.forward.append((_op_name(func), op_site_of(sys._getframe(1)), bad))
+                    self.forward.append((op_name(func), op_site_of(sys._getframe(1)), bad))
             except Exception:  # noqa: BLE001 - never break the user's loss
                 pass
         if name in _SINGULAR and len(self.ops) < 256:
             try:
                 outs = [t for t in _flat_tensors(out) if t.grad_fn is not None]
-                found = _singular_count(_op_name(func), _flat_tensors((args, kwargs)), (args, kwargs)) if outs else None
+                found = singular_count(op_name(func), _flat_tensors((args, kwargs)), (args, kwargs)) if outs else None
                 if found is not None:
                     node = type(outs[0].grad_fn).__name__
-                    self.ops.append((_op_name(func), op_site_of(sys._getframe(1)), node, *found))
+                    self.ops.append((op_name(func), op_site_of(sys._getframe(1)), node, *found))
             except Exception:  # noqa: BLE001 - never break the user's loss
                 pass
         return out
 
 
-def _loss_origin(ops):
-    """(op, site, node, why, input stats) of the last singular op a step's loss probes saw
-    (the first to run in backward) whose inputs met its condition, or None."""
-    for op, site, node, short, exponent, count in reversed(ops):
-        n = int(count)
-        if n:
-            return op, site, node, singular_reason(short, exponent, n), []
-    return None
-
-
-def _loss_forward_origin(ops):
-    """(op, site) of the first op of a step's loss computation whose output was non-finite
-    (the model's output was finite: a re-run of the model found nothing), or None. Read only
-    now, after a NaN."""
-    for op, site, count in ops:
-        if int(count):
-            return op, site
-    return None
-
-
 class _Found(Exception):
     """Raised from a backward hook to stop the re-run's backward at the culprit."""
-
-
-def _loc(site):
-    if not site or not site[0]:
-        return None
-    return {"file": site[0], "line": site[1] or 1, "function": site[2]}
-
-
-def _forward_origin(trace, op, site, inputs):
-    """The forward op that made the first NaN, with its inputs' statistics."""
-    trace["forward_op"], trace["forward_at"], trace["forward_inputs"] = op, _loc(site), inputs
-
-
-def _singular_origin(trace, op, site, node_name, why, inputs):
-    """The op whose derivative is infinite at its inputs: its backward node made the NaN."""
-    trace["backward_node"], trace["backward_op"], trace["backward_at"] = node_name, op, _loc(site)
-    trace["forward_inputs"] = inputs
-    trace["method"] = "replay (forward values)"
-    trace["notes"].append(why)
 
 
 class Watch:
@@ -739,7 +606,7 @@ class Watch:
         self._late_nan = None
         self._reads.ready(wait=True)
         _, params, names, spans = self._watchers[id(opt)]
-        broken = [names[i] for i, p in enumerate(params) if not _finite(_piece(p, spans[i]))]
+        broken = [names[i] for i, p in enumerate(params) if not finite(_piece(p, spans[i]))]
         if broken:
             how = "weights"
         elif self._nonfinite.get(id(opt)):
@@ -906,31 +773,18 @@ class Watch:
 
     # ---- NaN to the line ---------------------------------------------------------------------
     def _localize(self, opt, names, w, nan_params, late_from=None):
-        step = w.steps if late_from is None else late_from
-        trace = {"step": step, "params": names, "method": "replay", "notes": []}
-        if late_from is not None:
-            trace["notes"].append(late_recurs_note(late_from))
+        trace = Trace(w.steps, names, late_from)
         t0 = time.perf_counter()
         try:
-            if self._replay(opt, trace, nan_params) is not False and not (
-                trace.get("backward_at") or trace.get("forward_at")
-            ):
+            if self._replay(opt, trace, nan_params) is not False and not trace.found:
                 # Nothing in the re-run model made it (the step ran the model several times,
-                # or not at all): a singular op of the step's loss computation, if it met its
-                # condition, did.
-                made = _loss_forward_origin(self._loss_fwd)
-                hit = _loss_origin(self._loss_ops) if made is None else None
-                if made is not None:
-                    trace["from_loss"] = True
-                    _forward_origin(trace, *made, [])
-                elif hit is not None:
-                    trace["from_loss"] = True
-                    _singular_origin(trace, *hit)
+                # or not at all): the step's loss computation may have (decided in Rust).
+                trace.loss_origin(self._loss_fwd, self._loss_ops)
         except Exception as e:  # noqa: BLE001 - a failed re-run must not break training
-            trace["notes"].append(f"re-run failed: {type(e).__name__}: {e}")
+            trace.note(f"re-run failed: {type(e).__name__}: {e}")
         self.localize_seconds = time.perf_counter() - t0
-        self.localized = trace
-        w.set_nan(json.dumps(trace))
+        self.localized = trace.to_dict()
+        w.set_nan(trace)
 
     def _replay(self, opt, trace, nan_params):
         params = {id(p) for g in opt.param_groups for p in g["params"]}
@@ -941,21 +795,21 @@ class Watch:
                 model, st = m, s
                 break
         if model is None:
-            trace["notes"].append("no watched model owns these parameters (pass the model to watch())")
+            trace.note("no watched model owns these parameters (pass the model to watch())")
             return
         if any(_sharded(p) for p in model.parameters()):
             # A NaN can reach some ranks' shards only: the all-gathers of a re-run on those
             # ranks alone would wait forever, and its forward leaves the parameters unsharded.
-            trace["notes"].append(
+            trace.note(
                 "not re-run: the model is sharded (FSDP, ZeRO-3), and a re-run on one rank would run"
                 " its collectives alone"
             )
             return False  # nor is the loss computation blamed: the model's output was not checked
         if st.get("outs") is None or len(st["grads"]) < (st["outs"] or 0) or not st["grads"]:
-            trace["notes"].append("the model's output got no gradient this step")
+            trace.note("the model's output got no gradient this step")
             return
         out_grads = [st["grads"][i] for i in sorted(st["grads"])]
-        grads_finite = all(_finite(g) for g in out_grads)
+        grads_finite = all(finite(g) for g in out_grads)
         args, kwargs = st["inputs"]
         saved_rng = torch.get_rng_state()
         saved_cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -996,31 +850,31 @@ class Watch:
                 out = forward(find)
                 if find.stopped is not None:
                     kind, *found_at = find.stopped
-                    (_forward_origin if kind == "forward" else _singular_origin)(trace, *found_at)
+                    (trace.forward if kind == "forward" else trace.singular)(*found_at)
                     return
-                if not grads_finite and all(_finite(t) for t in _flat_tensors(out)):
+                if not grads_finite and all(finite(t) for t in _flat_tensors(out)):
                     # A finite output got a non-finite gradient: the loss code (outside the model)
                     # made it (`_localize` asks the loss probe where).
-                    trace["from_loss"] = True
+                    trace.from_loss = True
                     return
             # Second pass, recording every op: an Inf-only forward, or a NaN born in backward
             # that no op's forward values explain.
             mode = _NanMode()
             out = forward(mode)
-            if not all(_finite(t) for t in _flat_tensors(out)):
+            if not all(finite(t) for t in _flat_tensors(out)):
                 # The forward itself went non-finite: that op is the origin; every backward node
                 # after it only carries the NaN along.
                 first = mode.first_nonfinite()
                 mode.ops.clear()
                 if first is not None:
-                    _forward_origin(trace, *first)
+                    trace.forward(*first)
                 else:
-                    trace["notes"].append("the forward output is non-finite, but no op made it from finite inputs")
+                    trace.note("the forward output is non-finite, but no op made it from finite inputs")
                 return
             outs = [t for t in _flat_tensors(out) if t.requires_grad]
             pairs = [(t, g) for t, g in zip(outs, out_grads) if g is not None]
             if not pairs:
-                trace["notes"].append("the re-run produced no output needing a gradient")
+                trace.note("the re-run produced no output needing a gradient")
                 return
             # Every backward node reachable from the outputs (depth-bounded).
             seen = set(graph_nodes([t.grad_fn for t, _ in pairs if t.grad_fn is not None]))
@@ -1031,7 +885,7 @@ class Watch:
             hit = mode.singular(seen)
             mode.ops = [(func, site, None, ()) for func, site, _, _ in mode.ops]  # the tensors go
             if hit is not None:
-                _singular_origin(trace, *hit)
+                trace.singular(*hit)
                 return
 
             def check(grad_inputs, grad_outputs, node=None):
@@ -1039,7 +893,7 @@ class Watch:
                 # (they are earlier nodes' results, or the output gradients, checked finite).
                 if found:
                     return
-                if not all(_finite(g) for g in grad_inputs if g is not None):
+                if not all(finite(g) for g in grad_inputs if g is not None):
                     found["node"] = type(node).__name__
                     found["origin"] = mode.origin(node)
                     raise _Found
@@ -1060,10 +914,9 @@ class Watch:
                     raise
                 del e
             if found:
-                op, site = found["origin"]
-                trace["backward_node"], trace["backward_op"], trace["backward_at"] = found["node"], op, _loc(site)
+                trace.backward(found["node"], *found["origin"])
             else:
-                trace["notes"].append("no backward node of the model made the non-finite gradient")
+                trace.note("no backward node of the model made the non-finite gradient")
         finally:
             for h in hooks:
                 h.remove()

@@ -10,7 +10,8 @@
 //! * [`site`]: which frame is the user's, and [`site::Site`], a user frame;
 //! * [`holders`]: which module holds which, to name a layer called directly;
 //! * [`names`]: names inside the user's model, the frameworks' wrappers named away;
-//! * [`support`]: the oldest torch the tracer supports, and why.
+//! * [`support`]: the oldest torch the tracer supports, and why;
+//! * [`pickle`]: the object a pickling error names.
 //!
 //! The op log is generic over [`oplog::Host`], the way `gradsleuth-graph` is generic over
 //! `GraphSource`: `gradsleuth-py` implements it over live Python objects (tensors, `grad_fn`
@@ -20,6 +21,7 @@
 pub mod holders;
 pub mod names;
 pub mod oplog;
+pub mod pickle;
 pub mod recorder;
 pub mod site;
 pub mod support;

@@ -82,18 +82,20 @@ impl CodeFilter {
                 .any(|p| !p.is_empty() && file.starts_with(p.as_str()))
     }
 
+    /// Whether `file` lies in one of the folders never shown (gradsleuth's own, torch's).
+    pub fn in_skipped_folder(&self, file: &str) -> bool {
+        self.skip_prefixes
+            .iter()
+            .any(|p| file.starts_with(p.as_str()))
+    }
+
     /// Whether code in `file` is skipped.
     pub fn skips(&self, file: &str) -> bool {
         let base = Path::new(file)
             .file_name()
             .and_then(|b| b.to_str())
             .unwrap_or("");
-        file.starts_with('<')
-            || FORWARDING.contains(&base)
-            || self
-                .skip_prefixes
-                .iter()
-                .any(|p| file.starts_with(p.as_str()))
+        file.starts_with('<') || FORWARDING.contains(&base) || self.in_skipped_folder(file)
     }
 
     /// What code in `file` is: skipped, a library's, or the user's (with its absolute file).

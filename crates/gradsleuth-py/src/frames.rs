@@ -18,7 +18,7 @@ use crate::Loc3;
 /// `gradsleuth_capture::CodeFilter`, once per code object).
 pub struct FrameWalker {
     codes: FxHashMap<usize, Code>,
-    filter: CodeFilter,
+    pub(crate) filter: CodeFilter,
 }
 
 impl FrameWalker {
@@ -284,22 +284,27 @@ impl Frames {
         matches!(self.0.filter.classify(filename, ""), Code::User(..))
     }
 
+    /// `(file, line, function)` of the innermost frame of the user's own code in the
+    /// exception's traceback; for a syntax error, where the script fails to parse.
+    fn error_site(&self, e: Bound<'_, PyAny>) -> PyResult<Loc3> {
+        crate::errors::error_site(&self.0, &e)
+    }
+
+    /// The files of the exception's traceback, outermost first (library ones too).
+    fn error_frames(&self, e: Bound<'_, PyAny>) -> Vec<String> {
+        crate::errors::error_frames(&e)
+    }
+
+    /// For an object pickle could not serialise (named in the message): the shortest path to
+    /// it from a variable of the traceback's frames, the user's own frames first, within
+    /// `budget` objects (`crate::errors::pickle_holder`).
+    #[pyo3(signature = (e, budget=20000))]
+    fn pickle_holder(&self, e: Bound<'_, PyAny>, budget: usize) -> PyResult<Option<String>> {
+        crate::errors::pickle_holder(&self.0, &e, budget)
+    }
+
     /// The innermost user frame object at or above `frame`, or None.
     fn user_frame<'py>(&mut self, frame: Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
         self.0.walk(frame, 1).into_iter().next().map(|(_, f)| f)
     }
-}
-
-/// The line a user class's definition starts on ([`gradsleuth_source::SourceCache::class_line`]:
-/// read from the text, one read per file for the process), so the tracer's first sight of a
-/// model does not parse every module its classes come from, as `inspect.findsource` does.
-#[pyfunction]
-#[pyo3(signature = (file, qualname, below=None))]
-pub fn class_line(file: &str, qualname: &str, below: Option<u32>) -> Option<u32> {
-    static SOURCES: std::sync::Mutex<Option<gradsleuth_source::SourceCache>> =
-        std::sync::Mutex::new(None);
-    let mut guard = SOURCES.lock().unwrap_or_else(|e| e.into_inner());
-    guard
-        .get_or_insert_with(gradsleuth_source::SourceCache::new)
-        .class_line(file, qualname, below)
 }

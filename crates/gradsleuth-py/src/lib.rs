@@ -1,12 +1,21 @@
 //! `gradsleuth._core`: the one place Rust meets Python.
 //!
-//! Conversions only: the state and logic live in `gradsleuth-capture` (the recorder, the op
-//! log's analysis), `gradsleuth-analysis` and the renderers.
+//! The state and the analysis live in `gradsleuth-capture` (the recorder, the op log's
+//! analysis), `gradsleuth-analysis` and the renderers; here are the conversions, and what has
+//! to be read off live Python objects for the Python hooks, which decide nothing themselves:
 //!
 //! * [`Recorder`]: the capture buffer (`gradsleuth_capture::Recorder`). The Python tracer's
 //!   hooks forward events here and nothing else.
 //! * [`oplog::OpLog`]: the op log of a deep step, over live objects through
-//!   [`oplog::PyHost`].
+//!   [`oplog::PyHost`]; `end_step` sorts the step's watched tensors
+//!   (`gradsleuth_capture::oplog::step_end`) and attributes them.
+//! * [`scope`]: what the user's frames bind (names of tensors and models), which model a layer
+//!   called on its own belongs to, where a module's class is defined, checkpoint loaders.
+//! * [`reads`]: norms, bit fingerprints and statistics of tensors, one read per list.
+//! * [`nan`] and [`watch::Trace`]: watch's NaN re-run: op names, singular-point counts, the
+//!   typed trace of where the NaN was born.
+//! * [`errors`]: an exception's user site and frames, who holds an unpicklable object.
+//! * [`observe`]: repro's description of the values an instrumented script takes.
 //! * [`walk`] / [`grad_fn_chain`]: autograd graph walks over live `grad_fn` objects, via the
 //!   `gradsleuth-graph` walker.
 //! * `analyze` / `render`: the Rust analysis and renderers on a capture.
@@ -19,11 +28,16 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 mod config;
+mod errors;
 mod frames;
 mod graph;
+mod nan;
+mod observe;
 mod oplog;
 mod probe;
+mod reads;
 mod report;
+mod scope;
 mod watch;
 
 /// `(file, line, function)` as Python passes a site.
@@ -709,6 +723,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModuleKind>()?;
     m.add_class::<PyTensorKind>()?;
     m.add_class::<watch::Watcher>()?;
+    m.add_class::<watch::Trace>()?;
+    m.add_class::<reads::Stats>()?;
     m.add_class::<oplog::OpLog>()?;
     m.add_class::<oplog::OpCall>()?;
     m.add_class::<frames::Frames>()?;
@@ -719,10 +735,26 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wrapper_prefix, m)?)?;
     m.add_function(wrap_pyfunction!(unwrapped, m)?)?;
     m.add_function(wrap_pyfunction!(graph::walk, m)?)?;
-    m.add_function(wrap_pyfunction!(watch::singular_condition, m)?)?;
-    m.add_function(wrap_pyfunction!(watch::singular_reason, m)?)?;
-    m.add_function(wrap_pyfunction!(watch::late_recurs_note, m)?)?;
-    m.add_function(wrap_pyfunction!(frames::class_line, m)?)?;
+    m.add_function(wrap_pyfunction!(nan::finite, m)?)?;
+    m.add_function(wrap_pyfunction!(nan::has_nan, m)?)?;
+    m.add_function(wrap_pyfunction!(nan::op_name, m)?)?;
+    m.add_function(wrap_pyfunction!(nan::singular_count, m)?)?;
+    m.add_function(wrap_pyfunction!(nan::singular_at, m)?)?;
+    m.add_function(wrap_pyfunction!(reads::norms, m)?)?;
+    m.add_function(wrap_pyfunction!(reads::fingerprints, m)?)?;
+    m.add_function(wrap_pyfunction!(reads::tensor_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(observe::observe, m)?)?;
+    m.add_function(wrap_pyfunction!(observe::observe_value, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::bound_names, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::variable_name, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::model_name, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::root_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::in_owner_init, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::loader, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::leaf_behind, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::swapped, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::class_def, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::forward_def, m)?)?;
     m.add_function(wrap_pyfunction!(graph::graph_nodes, m)?)?;
     m.add_function(wrap_pyfunction!(graph::sequence_index, m)?)?;
     m.add_function(wrap_pyfunction!(graph::grad_fn_chain, m)?)?;

@@ -3,7 +3,7 @@
 //! `TorchFunctionMode` forwards every op of the deep step to. The analysis itself (cuts,
 //! taint, attribution) is `gradsleuth_capture::oplog`.
 
-use gradsleuth_capture::oplog::{Call, Callee, Host, InplaceTarget, SeqKind};
+use gradsleuth_capture::oplog::{step_end, Call, Callee, Host, InplaceTarget, SeqKind};
 use gradsleuth_capture::Site;
 use gradsleuth_graph::GraphSource;
 use pyo3::prelude::*;
@@ -486,27 +486,57 @@ impl OpLog {
         log.recomputed(&host, &t);
     }
 
-    /// Attributes parameters the backward did not reach (`unreached`: id(tensor) -> key) and
-    /// those whose gradient was exactly zero (`zero`) to the cuts the loss depends on, into
-    /// the capture. Releases every reference.
-    /// `cleared`: parameters backward reached whose gradient is gone at the step.
-    #[pyo3(signature = (recorder, unreached, zero, cleared=None))]
-    fn resolve(
+    /// The op-level step is over: the watched tensors (`watched`: `(key, tensor)`) and a flat
+    /// parameter's parts (`parts`: their keys) that no backward since the `since`-th reached,
+    /// that got an exactly-zero gradient, or whose gradient is gone at the step
+    /// ([`step_end::classify`]) are attributed to the cuts the loss depends on, into the
+    /// capture. `known`: gradient norms the step's optimizers already read (key -> norm),
+    /// not read again. Releases every reference.
+    #[pyo3(signature = (recorder, since, watched, parts, known))]
+    fn end_step(
         &mut self,
         py: Python<'_>,
         mut recorder: PyRefMut<'_, Recorder>,
-        unreached: FxHashMap<usize, u64>,
-        zero: FxHashMap<usize, u64>,
-        cleared: Option<FxHashMap<usize, u64>>,
-    ) {
-        let (log, mut host) = self.split(py);
-        log.resolve(
-            &mut host,
-            &mut recorder.inner,
-            &unreached,
-            &zero,
-            &cleared.unwrap_or_default(),
-        );
+        since: usize,
+        watched: Vec<(u64, Bound<'_, PyAny>)>,
+        parts: Vec<u64>,
+        known: FxHashMap<u64, Option<f64>>,
+    ) -> PyResult<()> {
+        let reached: rustc_hash::FxHashSet<u64> =
+            recorder.inner.reached_keys(since).into_iter().collect();
+        let grad = pyo3::intern!(py, "grad");
+        let mut states = Vec::with_capacity(watched.len());
+        let mut todo = Vec::new();
+        for (key, t) in &watched {
+            let g = t.getattr(grad)?;
+            let has = !g.is_none();
+            if step_end::needs_norm(*key, reached.contains(key), has, &known) {
+                todo.push((states.len(), g));
+            }
+            states.push(step_end::Watched {
+                key: *key,
+                addr: t.as_ptr() as usize,
+                reached: reached.contains(key),
+                grad: has.then_some(None),
+            });
+        }
+        let (at, grads): (Vec<usize>, Vec<_>) = todo.into_iter().unzip();
+        for (i, n) in at.into_iter().zip(crate::reads::norms(py, grads)?) {
+            states[i].grad = Some(Some(n));
+        }
+        let parts: Vec<(u64, bool)> = parts.iter().map(|k| (*k, reached.contains(k))).collect();
+        let end = step_end::classify(&states, &parts, &known);
+        if !end.is_empty() {
+            let (log, mut host) = self.split(py);
+            log.resolve(
+                &mut host,
+                &mut recorder.inner,
+                &end.unreached,
+                &end.zero,
+                &end.cleared,
+            );
+        }
+        Ok(())
     }
 
     /// An optimizer's `step()` (`name`: `Adam.step()`) changed `params` in place: each a

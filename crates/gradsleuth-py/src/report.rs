@@ -53,7 +53,10 @@ fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
-fn as_py<'py, T: serde::Serialize>(py: Python<'py>, x: &T) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn as_py<'py, T: serde::Serialize>(
+    py: Python<'py>,
+    x: &T,
+) -> PyResult<Bound<'py, PyAny>> {
     let v = serde_json::to_value(x).map_err(|e| PyValueError::new_err(e.to_string()))?;
     to_py(py, &v)
 }

@@ -5,10 +5,14 @@
 //! float per parameter. Everything else (aggregation, detectors, TensorBoard, the record) is
 //! Rust.
 
-use gradsleuth_model::capture::{NanTrace, WatchThresholds};
+use gradsleuth_model::capture::{NanTrace, TensorStats, WatchThresholds};
+use gradsleuth_model::finding::Location;
 use gradsleuth_watch::Monitor;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+
+use crate::reads::Stats;
+use crate::Loc3;
 
 #[pyclass(module = "gradsleuth._core")]
 pub struct Watcher {
@@ -75,12 +79,9 @@ impl Watcher {
             .map_err(PyOSError::new_err)
     }
 
-    /// The first NaN traced (a JSON `NanTrace`).
-    fn set_nan(&mut self, trace: &str) -> PyResult<()> {
-        let t: NanTrace = serde_json::from_str(trace)
-            .map_err(|e| PyValueError::new_err(format!("nan trace: {e}")))?;
-        self.monitor.set_nan(t);
-        Ok(())
+    /// The first NaN traced.
+    fn set_nan(&mut self, trace: PyRef<'_, Trace>) {
+        self.monitor.set_nan(trace.0.clone());
     }
 
     /// A NaN first seen at `step`, read a step late and not re-run: `how` is `weights` (its
@@ -170,27 +171,143 @@ fn host_values(t: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
     Ok(out)
 }
 
-/// What to count on an op's inputs to know whether its derivative is singular there
-/// (`"zero"`, `"abs_one"`, `"both_zero"`), or None (see `gradsleuth_watch::singular`).
-#[pyfunction]
-#[pyo3(signature = (op, exponent, tensor_inputs))]
-pub fn singular_condition(
-    op: &str,
-    exponent: Option<f64>,
-    tensor_inputs: usize,
-) -> Option<&'static str> {
-    gradsleuth_watch::singular::condition(op, exponent, tensor_inputs).map(|c| c.as_str())
+/// Where a re-run found the first NaN of a step ([`NanTrace`]), filled in as the re-run
+/// learns it and handed to [`Watcher::set_nan`].
+#[pyclass(module = "gradsleuth._core")]
+pub struct Trace(NanTrace);
+
+/// A singular op a loss probe saw: `(op, site, node, short name, exponent, count)`.
+type SingularOp<'py> = (
+    String,
+    Option<Loc3>,
+    String,
+    String,
+    Option<f64>,
+    Bound<'py, PyAny>,
+);
+
+fn location(site: Option<Loc3>) -> Option<Location> {
+    let (file, line, function) = site?;
+    Some(Location {
+        function,
+        ..Location::new(file.filter(|f| !f.is_empty())?, line.unwrap_or(1))
+    })
 }
 
-/// The note on a NaN first seen at `step`, read a step late and re-run where it recurs.
-#[pyfunction]
-pub fn late_recurs_note(step: u64) -> String {
-    gradsleuth_watch::late::note(step, &gradsleuth_watch::late::Late::Recurs)
+fn stats(inputs: Vec<PyRef<'_, Stats>>) -> Vec<TensorStats> {
+    inputs.iter().map(|s| s.0.clone()).collect()
 }
 
-/// Why `op`'s derivative is singular at `count` of its inputs.
-#[pyfunction]
-#[pyo3(signature = (op, exponent, count))]
-pub fn singular_reason(op: &str, exponent: Option<f64>, count: u64) -> Option<String> {
-    gradsleuth_watch::singular::reason(op, exponent, count)
+#[pymethods]
+impl Trace {
+    /// A NaN first seen at `step` in the gradients of `params`, re-run now; `late_from`: the
+    /// step it was first seen at, read a step late, when this re-run is of the next step where
+    /// it recurs.
+    #[new]
+    #[pyo3(signature = (step, params, late_from=None))]
+    fn new(step: u64, params: Vec<String>, late_from: Option<u64>) -> Self {
+        Trace(NanTrace {
+            step: late_from.unwrap_or(step),
+            params,
+            method: "replay".into(),
+            notes: late_from
+                .map(|s| gradsleuth_watch::late::note(s, &gradsleuth_watch::late::Late::Recurs))
+                .into_iter()
+                .collect(),
+            ..NanTrace::default()
+        })
+    }
+
+    /// Why the re-run could not say more.
+    fn note(&mut self, text: String) {
+        self.0.notes.push(text);
+    }
+
+    /// The forward op that made the first NaN (from finite inputs), with its inputs' statistics.
+    fn forward(&mut self, op: String, site: Option<Loc3>, inputs: Vec<PyRef<'_, Stats>>) {
+        self.0.forward_op = Some(op);
+        self.0.forward_at = location(site);
+        self.0.forward_inputs = stats(inputs);
+    }
+
+    /// The op whose derivative is infinite at its inputs (`why`): its backward `node` made the
+    /// NaN, found from the forward values alone.
+    fn singular(
+        &mut self,
+        op: String,
+        site: Option<Loc3>,
+        node: String,
+        why: String,
+        inputs: Vec<PyRef<'_, Stats>>,
+    ) {
+        self.0.backward_node = Some(node);
+        self.0.backward_op = Some(op);
+        self.0.backward_at = location(site);
+        self.0.forward_inputs = stats(inputs);
+        self.0.method = "replay (forward values)".into();
+        self.0.notes.push(why);
+    }
+
+    /// The first backward `node` whose result was non-finite from finite gradients, and the
+    /// forward op that made it.
+    fn backward(&mut self, node: String, op: String, site: Option<Loc3>) {
+        self.0.backward_node = Some(node);
+        self.0.backward_op = Some(op);
+        self.0.backward_at = location(site);
+    }
+
+    /// The gradient reaching the model's output was already non-finite: the loss code made it.
+    #[getter(from_loss)]
+    fn loss_made_it(&self) -> bool {
+        self.0.from_loss
+    }
+
+    #[setter]
+    fn set_from_loss(&mut self, value: bool) {
+        self.0.from_loss = value;
+    }
+
+    /// Whether an op was found (forward or backward).
+    #[getter]
+    fn found(&self) -> bool {
+        self.0.forward_at.is_some() || self.0.backward_at.is_some()
+    }
+
+    /// Nothing in the re-run model made the NaN (the step ran the model several times, or not
+    /// at all): the step's loss computation, as its probes saw it, did. `forward`: `(op, site,
+    /// count of non-finite values it output)` in order; `singular`: `(op, site, node, short
+    /// name, exponent, count of inputs at a singular point)`. The first loss op that output a
+    /// non-finite value made it; otherwise the last singular op whose inputs met its condition
+    /// (the first to run in backward). Counts are 0-d tensors, read only now.
+    fn loss_origin(
+        &mut self,
+        forward: Vec<(String, Option<Loc3>, Bound<'_, PyAny>)>,
+        singular: Vec<SingularOp<'_>>,
+    ) -> PyResult<()> {
+        let count =
+            |c: &Bound<'_, PyAny>| -> PyResult<u64> { c.call_method0("__int__")?.extract() };
+        for (op, site, c) in forward {
+            if count(&c)? > 0 {
+                self.0.from_loss = true;
+                self.forward(op, site, Vec::new());
+                return Ok(());
+            }
+        }
+        for (op, site, node, short, exponent, c) in singular.into_iter().rev() {
+            let n = count(&c)?;
+            if n > 0 {
+                self.0.from_loss = true;
+                let why =
+                    gradsleuth_watch::singular::reason(&short, exponent, n).unwrap_or_default();
+                self.singular(op, site, node, why, Vec::new());
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The trace as the report's JSON has it.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        crate::report::as_py(py, &self.0)
+    }
 }

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use ruff_python_ast::{Expr, Stmt};
 use ruff_text_size::Ranged;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A place that takes values from outside the computation.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,8 +48,8 @@ enum Kind {
     Assign,
 }
 
-/// A value as `observe` describes it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// A value as `observe` describes it (`gradsleuth._core.observe`, which writes it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Value {
     Tensor(TensorValue),
@@ -63,7 +63,7 @@ pub enum Value {
     Other(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TensorValue {
     pub shape: Vec<u64>,
     /// `float32`, `int64`, `bool`, ...
@@ -73,7 +73,9 @@ pub struct TensorValue {
     #[serde(default)]
     pub grad: bool,
     /// The smallest and largest element (absent for empty or complex tensors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
 }
 
@@ -82,7 +84,7 @@ fn cpu() -> String {
 }
 
 /// A model built by `from_pretrained`: rebuilt from its config with random weights.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelValue {
     /// `transformers.BertForSequenceClassification`: importable as written.
     pub class: String,

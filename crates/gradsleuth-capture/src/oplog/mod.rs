@@ -26,6 +26,7 @@
 
 pub mod classify;
 pub mod inplace;
+pub mod step_end;
 
 use std::sync::Arc;
 

@@ -8,15 +8,10 @@ use gradsleuth_watch::singular;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
 
-/// An FSDP2 DTensor's local shard (a reduction over it must not trigger collectives).
-fn local<'py>(t: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
-    t.getattr("_local_tensor").unwrap_or_else(|_| t.clone())
-}
-
 /// A floating-point tensor with elements, or None for anything else.
 fn floating<'py>(t: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let t = local(t);
-    if !t.is_instance(&t.py().import("torch")?.getattr("Tensor")?)?
+    let t = crate::reads::local(t);
+    if !crate::scope::is_tensor(&t)?
         || !t.call_method0("is_floating_point")?.is_truthy()?
         || t.call_method0("numel")?.extract::<u64>()? == 0
     {
@@ -86,12 +81,12 @@ pub fn op_name(func: &Bound<'_, PyAny>) -> PyResult<String> {
     };
     let bound_to = || func.getattr("__self__").ok().filter(|v| !v.is_none());
     if let Some(owner) = attr("__objclass__").or_else(bound_to) {
-        let tensor = py.import("torch")?.getattr("Tensor")?;
+        let tensor = crate::scope::tensor_type(py)?;
         let owner_name: String = owner
             .getattr("__name__")
             .and_then(|n| n.extract())
             .unwrap_or_default();
-        if owner.is(&tensor) || matches!(owner_name.as_str(), "TensorBase" | "_TensorBase") {
+        if owner.is(tensor) || matches!(owner_name.as_str(), "TensorBase" | "_TensorBase") {
             return Ok(format!("Tensor.{name}"));
         }
     }

@@ -74,7 +74,7 @@ fn describe(v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > 8 {
         return Ok(Value::Other(qualname(v)));
     }
-    if v.is_instance(&py.import("torch")?.getattr("Tensor")?)? {
+    if crate::scope::is_tensor(v)? {
         if !v.getattr("grad_fn")?.is_none() {
             // Computed from the model: not data, never rebuilt.
             return Ok(Value::Other("computed tensor".into()));

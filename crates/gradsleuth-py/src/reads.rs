@@ -19,6 +19,12 @@ fn encode(x: f64) -> f64 {
     }
 }
 
+/// An FSDP2 DTensor's local shard (a reduction over it must not trigger collectives), or the
+/// tensor itself.
+pub(crate) fn local<'py>(t: &Bound<'py, PyAny>) -> Bound<'py, PyAny> {
+    t.getattr("_local_tensor").unwrap_or_else(|_| t.clone())
+}
+
 /// Runs `f` with gradient recording off, as `with torch.no_grad():` does.
 fn no_grad<'py, T>(py: Python<'py>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     let guard = py.import("torch")?.getattr("no_grad")?.call0()?;
@@ -149,8 +155,7 @@ pub struct Stats(pub(crate) TensorStats);
 /// Inf (which make the sum, the min or the max non-finite) pays for the exact counts.
 #[pyfunction]
 pub fn tensor_stats<'py>(py: Python<'py>, t: &Bound<'py, PyAny>) -> PyResult<Stats> {
-    let local = t.getattr("_local_tensor").unwrap_or_else(|_| t.clone());
-    let t = local.call_method0("detach")?;
+    let t = local(t).call_method0("detach")?;
     let shape: Vec<i64> = t.getattr("shape")?.extract()?;
     let dtype: String = t.getattr("dtype")?.str()?.to_string();
     let mut s = TensorStats {

@@ -30,8 +30,13 @@ static ABSPATH: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static CLASS_DEFS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
 static TORCH_DIR: PyOnceLock<String> = PyOnceLock::new();
 
-fn is_tensor(v: &Bound<'_, PyAny>) -> PyResult<bool> {
-    v.is_instance(TENSOR.import(v.py(), "torch", "Tensor")?)
+/// `torch.Tensor`, looked up once.
+pub(crate) fn tensor_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    TENSOR.import(py, "torch", "Tensor")
+}
+
+pub(crate) fn is_tensor(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.is_instance(tensor_type(v.py())?)
 }
 
 fn is_module(v: &Bound<'_, PyAny>) -> PyResult<bool> {

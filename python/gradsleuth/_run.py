@@ -348,21 +348,6 @@ def _end(rec, tracer, watch, save):
     save()
 
 
-def _dash_m(orig_argv: list[str]) -> str | None:
-    """The module an interpreter's command line runs with `-m`, None for a script or `-c`."""
-    args = iter(orig_argv[1:])
-    for a in args:
-        if a == "-m":
-            return next(args, None)
-        if a.startswith("-m"):
-            return a[2:]
-        if a in ("-W", "-X"):
-            next(args, None)
-        elif a == "-c" or not a.startswith("-"):
-            return None
-    return None
-
-
 def activate() -> bool:
     """The bootstrap's entry (`_bootstrap/sitecustomize.py`), in every interpreter of a job
     another program starts (`gradsleuth run -- accelerate launch ... train.py`): when this
@@ -377,15 +362,9 @@ def activate() -> bool:
     if not path:
         return False
     config = RunConfig.load(path)
-    main_file = sys.argv[0] if sys.argv else ""
-    if config.module:
-        # `python -m NAME` (sys.argv[0] is still "-m" while site-packages are imported).
-        if _dash_m(getattr(sys, "orig_argv", [])) != config.module:
-            return False
-        main_file = f"-m {config.module}"
-    elif not config.script or not main_file or main_file.startswith("-"):
-        return False
-    elif os.path.realpath(main_file) != os.path.realpath(config.script):
+    # Whether this interpreter runs the job's training program (decided in Rust).
+    main_file = config.traced_main(sys.argv[0] if sys.argv else "", list(getattr(sys, "orig_argv", [])))
+    if main_file is None:
         return False
     if _refused(config, untraced=True):
         return False

@@ -39,6 +39,7 @@ from gradsleuth._core import (
     leaf_behind,
     loader,
     model_name,
+    models_of_their_own,
     norms,
     root_owner,
     swapped,
@@ -1122,12 +1123,9 @@ class Tracer:
                 self._roots[okey] = weakref.ref(m)
                 self._root_names[okey] = type(m).__name__
                 roots.append((okey, m))
-        # A root inside another root's tree is not a model of its own.
-        trees = {k: {id(x) for x in m.modules()} for k, m in roots}
-        tops = [(k, m) for k, m in roots if not any(k2 != k and id(m) in trees[k2] for k2, _ in roots)]
-        tops.sort(key=lambda km: len(trees[km[0]]))
-        # Parameter-free modules called on their own (loss modules, activations) are not models.
-        multi = sum(1 for _, m in tops if any(True for _ in m.parameters())) > 1
+        # A root inside another root's tree is not a model of its own; names carry their
+        # model's name when more than one with parameters remains (decided in Rust).
+        tops, multi = models_of_their_own(roots)
         earlier, self._scanned = self._scanned, set()
         for k, m in tops:
             self._scan(m, k, prefix=(self._root_names[k] + ".") if multi else "", hook=False)

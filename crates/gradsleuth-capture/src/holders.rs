@@ -88,6 +88,32 @@ impl Holders {
     }
 }
 
+/// A model seen at the end of observation: its key, its object's identity, the identities of
+/// the modules in its tree (itself included), whether it has parameters.
+#[derive(Debug, Clone)]
+pub struct Tree {
+    pub key: u64,
+    pub id: usize,
+    pub modules: Vec<usize>,
+    pub has_params: bool,
+}
+
+/// Which of the models seen are models of their own, smallest tree first: not one inside
+/// another's tree (an encoder called on its own before its model ran). With whether more
+/// than one of them has parameters: their parameters are then named under each model's name
+/// (a parameter-free module called on its own, a loss or an activation, is not a model).
+pub fn models_of_their_own(trees: &[Tree]) -> (Vec<u64>, bool) {
+    let inside = |t: &Tree| {
+        trees
+            .iter()
+            .any(|o| o.key != t.key && o.modules.contains(&t.id))
+    };
+    let mut tops: Vec<&Tree> = trees.iter().filter(|t| !inside(t)).collect();
+    tops.sort_by_key(|t| t.modules.len());
+    let multi = tops.iter().filter(|t| t.has_params).count() > 1;
+    (tops.iter().map(|t| t.key).collect(), multi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +146,27 @@ mod tests {
         assert_eq!(h.holder(5), Some(7));
         h.registered(7, "layer", None);
         assert_eq!(h.holder(5), Some(6));
+    }
+
+    #[test]
+    fn models_inside_others_are_not_models_of_their_own() {
+        let tree = |key, id, modules: &[usize], has_params| Tree {
+            key,
+            id,
+            modules: modules.to_vec(),
+            has_params,
+        };
+        // A GAN: generator (2 modules) and discriminator (3); the generator's first layer was
+        // called on its own first; a loss module has no parameters.
+        let trees = [
+            tree(1, 10, &[10, 11], true),
+            tree(2, 20, &[20, 21, 22], true),
+            tree(3, 11, &[11], true),
+            tree(4, 30, &[30], false),
+        ];
+        assert_eq!(models_of_their_own(&trees), (vec![4, 1, 2], true));
+        let (tops, multi) = models_of_their_own(&trees[2..]);
+        assert_eq!(tops, vec![3, 4]);
+        assert!(!multi, "one model with parameters and a loss: no prefixes");
     }
 }

@@ -84,6 +84,49 @@ impl RunConfig {
     }
 }
 
+/// The module an interpreter's command line (`sys.orig_argv`) runs with `-m`, None for a
+/// script or `-c`.
+pub fn dash_m(argv: &[String]) -> Option<&str> {
+    let mut args = argv.iter().skip(1);
+    while let Some(a) = args.next() {
+        if a == "-m" {
+            return args.next().map(String::as_str);
+        }
+        if let Some(m) = a.strip_prefix("-m") {
+            return Some(m);
+        }
+        if a == "-W" || a == "-X" {
+            args.next();
+        } else if a == "-c" || !a.starts_with('-') {
+            return None;
+        }
+    }
+    None
+}
+
+/// Whether an interpreter of the job runs its training program, and if so how the capture
+/// names it: `-m NAME` when the job runs a module (`module`) and this interpreter was started
+/// with `-m NAME` (`orig_argv`); the main script `argv0` when it is the job's `script` file
+/// (`same_file` compares two paths as files). None for any other interpreter of the job (the
+/// launcher's own, a data worker's).
+pub fn traced_main(
+    module: Option<&str>,
+    script: Option<&str>,
+    argv0: &str,
+    orig_argv: &[String],
+    same_file: impl Fn(&str, &str) -> bool,
+) -> Option<String> {
+    if let Some(m) = module.filter(|m| !m.is_empty()) {
+        // `python -m NAME`: `sys.argv[0]` is still "-m" while site-packages are imported.
+        return (dash_m(orig_argv) == Some(m)).then(|| format!("-m {m}"));
+    }
+    let script = script.filter(|s| !s.is_empty())?;
+    if argv0.is_empty() || argv0.starts_with('-') || !same_file(argv0, script) {
+        return None;
+    }
+    Some(argv0.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +146,53 @@ mod tests {
             .contains("version 9"));
         let extra = c.to_json().replacen('{', "{\"colour\": true,", 1);
         assert!(RunConfig::from_json(&extra).is_err());
+    }
+
+    #[test]
+    fn the_interpreter_running_the_training_program_is_found_among_the_jobs() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            dash_m(&argv(&["python", "-m", "pkg.train", "--lr", "1"])),
+            Some("pkg.train")
+        );
+        assert_eq!(
+            dash_m(&argv(&["python", "-X", "dev", "-mpkg.train"])),
+            Some("pkg.train")
+        );
+        assert_eq!(
+            dash_m(&argv(&["python", "-W", "ignore", "-u", "-m", "x"])),
+            Some("x")
+        );
+        assert_eq!(dash_m(&argv(&["python", "train.py", "-m", "x"])), None);
+        assert_eq!(dash_m(&argv(&["python", "-c", "import x"])), None);
+        let same = |a: &str, b: &str| a.trim_start_matches("./") == b.trim_start_matches("/job/");
+        let run = |module, script, argv0, orig: &[&str]| {
+            traced_main(module, script, argv0, &argv(orig), same)
+        };
+        assert_eq!(
+            run(
+                Some("pkg.train"),
+                None,
+                "-m",
+                &["python", "-m", "pkg.train"]
+            )
+            .as_deref(),
+            Some("-m pkg.train")
+        );
+        assert_eq!(
+            run(Some("pkg.train"), None, "-m", &["python", "-m", "other"]),
+            None
+        );
+        assert_eq!(
+            run(None, Some("/job/train.py"), "./train.py", &[]).as_deref(),
+            Some("./train.py")
+        );
+        assert_eq!(
+            run(None, Some("/job/train.py"), "launch.py", &[]),
+            None,
+            "the launcher's own"
+        );
+        assert_eq!(run(None, Some("/job/train.py"), "-c", &[]), None);
+        assert_eq!(run(None, None, "train.py", &[]), None);
     }
 }

@@ -54,4 +54,24 @@ impl RunConfig {
             .map(Into::into)
             .map_err(|e| PyValueError::new_err(format!("run configuration {path}: {e}")))
     }
+
+    /// Whether this interpreter runs the job's training program, and how the capture names it
+    /// (`gradsleuth_model::run_config::traced_main`); files are compared as Python's
+    /// `os.path.realpath` resolves them.
+    fn traced_main(
+        &self,
+        py: Python<'_>,
+        argv0: &str,
+        orig_argv: Vec<String>,
+    ) -> PyResult<Option<String>> {
+        let realpath = py.import("os.path")?.getattr("realpath")?;
+        let resolve = |p: &str| -> Option<String> { realpath.call1((p,)).ok()?.extract().ok() };
+        Ok(gradsleuth_model::run_config::traced_main(
+            self.module.as_deref(),
+            self.script.as_deref(),
+            argv0,
+            &orig_argv,
+            |a, b| resolve(a).is_some_and(|a| Some(a) == resolve(b)),
+        ))
+    }
 }

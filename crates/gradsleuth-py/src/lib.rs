@@ -753,6 +753,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scope::loader, m)?)?;
     m.add_function(wrap_pyfunction!(scope::leaf_behind, m)?)?;
     m.add_function(wrap_pyfunction!(scope::swapped, m)?)?;
+    m.add_function(wrap_pyfunction!(scope::models_of_their_own, m)?)?;
     m.add_function(wrap_pyfunction!(scope::class_def, m)?)?;
     m.add_function(wrap_pyfunction!(scope::forward_def, m)?)?;
     m.add_function(wrap_pyfunction!(graph::graph_nodes, m)?)?;

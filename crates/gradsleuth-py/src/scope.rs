@@ -547,3 +547,42 @@ pub fn forward_def(cls: &Bound<'_, PyAny>) -> PyResult<Loc3> {
         .extract()?;
     Ok((Some(abspath(py, &file)?), Some(line), Some(name)))
 }
+
+/// Models by key.
+type Models<'py> = Vec<(u64, Bound<'py, PyAny>)>;
+
+/// Which of the models seen (`roots`: `(key, module)`) are models of their own, smallest
+/// first, and whether their parameters are named under each model's name
+/// ([`gradsleuth_capture::holders::models_of_their_own`]).
+#[pyfunction]
+pub fn models_of_their_own<'py>(roots: Models<'py>) -> PyResult<(Models<'py>, bool)> {
+    let mut trees = Vec::with_capacity(roots.len());
+    for (key, m) in &roots {
+        let py = m.py();
+        let modules = m
+            .call_method0(pyo3::intern!(py, "modules"))?
+            .try_iter()?
+            .map(|x| Ok(id(&x?)))
+            .collect::<PyResult<Vec<usize>>>()?;
+        let has_params = match m
+            .call_method0(pyo3::intern!(py, "parameters"))?
+            .try_iter()?
+            .next()
+        {
+            Some(p) => p.map(|_| true)?,
+            None => false,
+        };
+        trees.push(gradsleuth_capture::holders::Tree {
+            key: *key,
+            id: id(m),
+            modules,
+            has_params,
+        });
+    }
+    let (keys, multi) = gradsleuth_capture::holders::models_of_their_own(&trees);
+    let tops = keys
+        .into_iter()
+        .filter_map(|k| roots.iter().find(|(r, _)| *r == k).cloned())
+        .collect();
+    Ok((tops, multi))
+}

@@ -50,20 +50,25 @@ pub fn norms(py: Python<'_>, tensors: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<f64
     }
     let torch = py.import("torch")?;
     let vals: Vec<f64> = no_grad(py, || {
+        // One stack and one read; a stack torch refuses (devices, dtypes) or cannot read
+        // (a tensor subclass) is read another way.
+        let read = |ns: &Bound<'_, PyAny>| -> PyResult<Vec<f64>> {
+            torch
+                .call_method1("stack", (ns,))?
+                .call_method0("tolist")?
+                .extract()
+        };
         let fused = || -> PyResult<Vec<f64>> {
             let ns = torch.call_method1("_foreach_norm", (PyList::new(py, &tensors)?,))?;
-            match torch.call_method1("stack", (&ns,)) {
-                Ok(s) => s.call_method0("tolist")?.extract(),
+            match read(&ns) {
+                Ok(v) => Ok(v),
                 Err(e) if e.is_instance_of::<PyRuntimeError>(py) => {
                     let f64 = torch.getattr("float64")?;
                     let host = ns
                         .try_iter()?
                         .map(|n| n?.call_method1("to", (&f64,))?.call_method0("cpu"))
                         .collect::<PyResult<Vec<_>>>()?;
-                    torch
-                        .call_method1("stack", (host,))?
-                        .call_method0("tolist")?
-                        .extract()
+                    read(PyList::new(py, host)?.as_any())
                 }
                 Err(e) => Err(e),
             }
@@ -134,9 +139,16 @@ pub fn fingerprints<'py>(
                 Err(e) => return Err(e),
             });
         }
-        match torch.call_method1("stack", (&out,)) {
-            Ok(s) => s.call_method0("tolist")?.try_iter()?.collect(),
-            // Mixed dtypes or devices.
+        let read = || -> PyResult<Vec<Bound<'py, PyAny>>> {
+            torch
+                .call_method1("stack", (&out,))?
+                .call_method0("tolist")?
+                .try_iter()?
+                .collect()
+        };
+        match read() {
+            Ok(v) => Ok(v),
+            // Mixed dtypes or devices, or a tensor subclass (a DTensor) `tolist` refuses.
             Err(e) if e.is_instance_of::<PyRuntimeError>(py) => {
                 out.iter().map(|v| v.call_method0("item")).collect()
             }

@@ -5,13 +5,15 @@
 use std::collections::VecDeque;
 
 use gradsleuth_capture::pickle::{is_held, Unpicklable};
-use gradsleuth_capture::Code;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFrozenSet, PyList, PySet, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyFrozenSet, PyList, PySet, PyTuple, PyType};
 use rustc_hash::FxHashSet;
 
 use crate::frames::FrameWalker;
 use crate::Loc3;
+
+static PARTIAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// Entries of one container followed by the search.
 const ENTRIES: usize = 200;
@@ -39,10 +41,6 @@ fn filename(frame: &Bound<'_, PyAny>) -> String {
         .unwrap_or_default()
 }
 
-fn is_users(walker: &FrameWalker, file: &str) -> bool {
-    matches!(walker.filter.classify(file, ""), Code::User(..))
-}
-
 /// `(file, line, function)` of the innermost frame of the user's own code in `e`'s traceback;
 /// for a syntax error, where the script fails to parse.
 pub fn error_site(walker: &FrameWalker, e: &Bound<'_, PyAny>) -> PyResult<Loc3> {
@@ -54,7 +52,7 @@ pub fn error_site(walker: &FrameWalker, e: &Bound<'_, PyAny>) -> PyResult<Loc3> 
             .getattr(pyo3::intern!(py, "tb_frame"))?
             .getattr(pyo3::intern!(py, "f_code"))?;
         let file: String = code.getattr(pyo3::intern!(py, "co_filename"))?.extract()?;
-        if is_users(walker, &file) {
+        if walker.is_users(&file) {
             let function: String = code
                 .getattr(pyo3::intern!(py, "co_qualname"))
                 .or_else(|_| code.getattr(pyo3::intern!(py, "co_name")))?
@@ -102,8 +100,8 @@ pub fn pickle_holder(
     let (users, others): (Vec<_>, Vec<_>) = frames
         .into_iter()
         .map(|f| (filename(&f), f))
-        .filter(|(file, _)| is_users(walker, file) || !walker.filter.in_skipped_folder(file))
-        .partition(|(file, _)| is_users(walker, file));
+        .filter(|(file, _)| walker.is_users(file) || !walker.filter.in_skipped_folder(file))
+        .partition(|(file, _)| walker.is_users(file));
     let mut search = Search {
         wanted,
         budget,
@@ -195,8 +193,7 @@ fn children<'py>(
     out: &mut VecDeque<(String, Bound<'py, PyAny>)>,
 ) -> PyResult<()> {
     let py = obj.py();
-    let types = py.import("types")?;
-    let is_function = obj.is_instance(&types.getattr("FunctionType")?)?;
+    let is_function = crate::scope::is_function(obj)?;
     if let Ok(d) = obj.cast::<PyDict>() {
         for (k, v) in d
             .items()
@@ -214,7 +211,7 @@ fn children<'py>(
         for (i, v) in obj.try_iter()?.take(ENTRIES).enumerate() {
             out.push_back((format!("{path}[{i}]"), v?));
         }
-    } else if obj.is_instance(&types.getattr("MethodType")?)? {
+    } else if crate::scope::is_method(obj)? {
         out.push_back((format!("{path}.__self__"), obj.getattr("__self__")?));
     } else if is_function {
         let code = obj.getattr("__code__")?;
@@ -228,7 +225,7 @@ fn children<'py>(
                 }
             }
         }
-    } else if obj.is_instance(&py.import("functools")?.getattr("partial")?)? {
+    } else if obj.is_instance(PARTIAL.import(py, "functools", "partial")?)? {
         out.push_back((format!("{path}.func"), obj.getattr("func")?));
         out.push_back((format!("{path}.args"), obj.getattr("args")?));
     }

@@ -51,6 +51,11 @@ impl FrameWalker {
         info
     }
 
+    /// Whether code in `file` is the user's own (not skipped, not a library's).
+    pub fn is_users(&self, file: &str) -> bool {
+        matches!(self.filter.classify(file, ""), Code::User(..))
+    }
+
     /// Up to `depth` user frames from `frame` outwards, innermost first, each with its frame.
     /// The first carries the innermost library frame inside it as [`Site::via`]; when no user
     /// frame calls the code at all (a library's own thread), that library frame is the site.
@@ -281,7 +286,7 @@ impl Frames {
     /// Whether code in `filename` is the user's own (not skipped, not a library's): the one
     /// decision the walk makes, for the callers that hold only a file name (a traceback's).
     fn is_users(&self, filename: &str) -> bool {
-        matches!(self.0.filter.classify(filename, ""), Code::User(..))
+        self.0.is_users(filename)
     }
 
     /// `(file, line, function)` of the innermost frame of the user's own code in the

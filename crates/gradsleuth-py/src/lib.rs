@@ -746,7 +746,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(observe::observe, m)?)?;
     m.add_function(wrap_pyfunction!(observe::observe_value, m)?)?;
     m.add_function(wrap_pyfunction!(scope::bound_names, m)?)?;
-    m.add_function(wrap_pyfunction!(scope::variable_name, m)?)?;
     m.add_function(wrap_pyfunction!(scope::model_name, m)?)?;
     m.add_function(wrap_pyfunction!(scope::root_owner, m)?)?;
     m.add_function(wrap_pyfunction!(scope::in_owner_init, m)?)?;

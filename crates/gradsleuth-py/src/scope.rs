@@ -39,6 +39,16 @@ pub(crate) fn is_tensor(v: &Bound<'_, PyAny>) -> PyResult<bool> {
     v.is_instance(tensor_type(v.py())?)
 }
 
+/// A Python function (`types.FunctionType`).
+pub(crate) fn is_function(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.is_instance(FUNCTION.import(v.py(), "types", "FunctionType")?)
+}
+
+/// A bound method (`types.MethodType`).
+pub(crate) fn is_method(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    v.is_instance(METHOD.import(v.py(), "types", "MethodType")?)
+}
+
 fn is_module(v: &Bound<'_, PyAny>) -> PyResult<bool> {
     v.is_instance(MODULE.import(v.py(), "torch.nn", "Module")?)
 }
@@ -191,8 +201,7 @@ pub fn bound_names(frame: Option<Bound<'_, PyAny>>) -> HashMap<usize, String> {
 /// The global name the user's frame `frame` binds `module` to (names starting with `_`
 /// aside). Locals are not read: on Python 3.11, `frame.f_locals` caches a snapshot on the
 /// frame that would keep tensors alive.
-#[pyfunction]
-pub fn variable_name(module: &Bound<'_, PyAny>, frame: Option<Bound<'_, PyAny>>) -> Option<String> {
+fn variable_name(module: &Bound<'_, PyAny>, frame: Option<Bound<'_, PyAny>>) -> Option<String> {
     let frame = frame.filter(|f| !f.is_none())?;
     let globals = frame
         .getattr(pyo3::intern!(module.py(), "f_globals"))
